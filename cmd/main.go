@@ -1,0 +1,181 @@
+// Command startup-taint-remover removes a node's startup taint once the node agent on it (a CSI
+// driver, a CNI agent) is really ready, and keeps removing it if it comes back. It runs on every
+// node, in a DaemonSet or as a sidecar, and watches only its own Node.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+// Exit statuses: 2 for a bad command line or kubeconfig, 1 for a failure while running.
+const (
+	exitFailure  = 1
+	exitBadInput = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	opts, err := parseOptions(args, os.Getenv, os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "startup-taint-remover: %v\n", err)
+		return exitBadInput
+	}
+	cfg, err := loadConfig(opts.kubeconfig, os.Getenv("KUBECONFIG"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "startup-taint-remover: %v\n", err)
+		return exitBadInput
+	}
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
+	logger := ctrl.Log.WithName("setup").WithValues("node", opts.nodeName)
+	if err := runManager(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+		logger.Error(err, "stopped")
+		return exitFailure
+	}
+	return 0
+}
+
+// loadConfig reads the kubeconfig named by the flag, else by KUBECONFIG, else the pod's
+// in-cluster config. Unlike controller-runtime's default it never guesses ~/.kube/config: a node
+// agent pointed at the wrong cluster would untaint the wrong node.
+func loadConfig(flagPath, envPath string) (*rest.Config, error) {
+	switch {
+	case flagPath != "":
+		cfg, err := clientcmd.BuildConfigFromFlags("", flagPath)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", flagPath, err)
+		}
+		return cfg, nil
+	case envPath != "":
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: envPath}, nil).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("KUBECONFIG %s: %w", envPath, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no cluster to talk to: not running in a pod (%w); set --kubeconfig or KUBECONFIG", err)
+	}
+	return cfg, nil
+}
+
+// restMapper knows the few kinds this controller touches, so the manager starts without API
+// discovery, which would fail, and keep failing, while the API server is unreachable.
+func restMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
+	return m, nil
+}
+
+func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building the scheme: %w", err)
+	}
+
+	metricsOpts := metricsserver.Options{
+		BindAddress:   opts.metricsAddr,
+		SecureServing: opts.metricsSecure,
+		CertDir:       opts.metricsCertDir,
+		CertName:      opts.metricsCert,
+		KeyName:       opts.metricsKey,
+	}
+	if opts.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	if !opts.enableHTTP2 {
+		// HTTP/2 stream cancellation and rapid reset attacks (CVE-2023-44487, CVE-2023-39325).
+		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+
+	shutdown := 2 * time.Second
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(opts.nodeName),
+		MapperProvider:          restMapper,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  opts.probeAddr,
+		GracefulShutdownTimeout: &shutdown,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	r := &controllers.NodeReconciler{
+		NodeName:           opts.nodeName,
+		Taints:             opts.taints,
+		RequireCSINode:     opts.requireCSINode,
+		RequireAllocatable: opts.requireAllocatable,
+		ProbeInterval:      opts.probeInterval,
+	}
+	if opts.csiAddress != "" {
+		gate, err := controllers.NewCSIGate(opts.csiAddress, opts.probeTimeout)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gate.Close() }()
+		r.CSI = gate
+	}
+	if opts.readyURL != "" {
+		r.Gates = append(r.Gates, controllers.NewHTTPGate(opts.readyURL, opts.probeTimeout))
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the controller: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", cacheSynced(mgr)); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+// cacheSynced reports ready once the cache holds the node, so the pod is ready only when the
+// controller can act. The agent's own readiness is not the pod's: a pod waiting for its driver
+// is healthy.
+func cacheSynced(mgr ctrl.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("cache not synced yet")
+		}
+		return nil
+	}
+}

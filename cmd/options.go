@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+// options is everything the command line and environment decide.
+type options struct {
+	nodeName           string
+	taints             []controllers.TaintSpec
+	csiAddress         string
+	requireCSINode     bool
+	requireAllocatable bool
+	readyURL           string
+	probeInterval      time.Duration
+	probeTimeout       time.Duration
+
+	metricsAddr    string
+	metricsSecure  bool
+	enableHTTP2    bool
+	metricsCertDir string
+	metricsCert    string
+	metricsKey     string
+	probeAddr      string
+	kubeconfig     string
+
+	zap zap.Options
+}
+
+// taintFlag collects repeated --taint values, parsing each as it arrives so the error names it.
+type taintFlag struct{ specs *[]controllers.TaintSpec }
+
+func (f taintFlag) String() string {
+	if f.specs == nil {
+		return ""
+	}
+	parts := make([]string, len(*f.specs))
+	for i, s := range *f.specs {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f taintFlag) Set(v string) error {
+	s, err := controllers.ParseTaintSpec(v)
+	if err != nil {
+		return err
+	}
+	*f.specs = append(*f.specs, s)
+	return nil
+}
+
+// parseOptions parses args (without the program name) and validates the result. It does not touch
+// the network, so a bad command line fails before anything is sent to the API server.
+func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("startup-taint-remover", flag.ContinueOnError)
+	// flag prints the error and the whole usage on a parse error; the caller prints one line.
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"),
+		"Name of the Node to untaint: the one this pod runs on. Defaults to the NODE_NAME environment variable.")
+	fs.Var(taintFlag{&o.taints}, "taint",
+		"Startup taint to remove, as KEY[:EFFECT]; repeatable. Values are not matched. "+
+			"Default with --csi-address: <driver name>/agent-not-ready.")
+	fs.StringVar(&o.csiAddress, "csi-address", "",
+		"Absolute path of the CSI driver's Unix socket (unix:// prefix allowed). The driver must answer Identity/Probe.")
+	fs.BoolVar(&o.requireCSINode, "require-csinode", true,
+		"With --csi-address, also wait until kubelet has registered the driver in this node's CSINode.")
+	fs.BoolVar(&o.requireAllocatable, "require-allocatable", false,
+		"Also wait until the driver's CSINode entry has allocatable.count (the attach limit).")
+	fs.StringVar(&o.readyURL, "ready-url", "",
+		"http(s) URL of a local health endpoint; any 2xx answer means ready.")
+	fs.DurationVar(&o.probeInterval, "probe-interval", controllers.DefaultProbeInterval,
+		"How often the CSI socket and the ready URL are probed.")
+	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,
+		"How long one probe may take before the agent counts as not ready.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to; \"0\" turns it off.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS with Kubernetes authentication and authorization; false serves plain HTTP.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics server (off by default against HTTP/2 stream attacks).")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-path", "",
+		"Directory holding the metrics server certificate; a self-signed one is used when empty.")
+	fs.StringVar(&o.metricsCert, "metrics-cert-name", "tls.crt", "File name of the metrics server certificate.")
+	fs.StringVar(&o.metricsKey, "metrics-cert-key", "tls.key", "File name of the metrics server key.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
+		"Address the /healthz and /readyz endpoints bind to; \"0\" turns them off.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "",
+		"Path to a kubeconfig; without it, KUBECONFIG, then the pod's in-cluster config, is used.")
+	o.zap.BindFlags(fs)
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fmt.Fprintln(usage, "Usage: startup-taint-remover [flags]")
+			fs.PrintDefaults()
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: all settings are flags", fs.Arg(0))
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if err := o.validate(explicit); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *options) validate(explicit map[string]bool) error {
+	o.csiAddress = strings.TrimPrefix(o.csiAddress, "unix://")
+	switch {
+	case o.nodeName == "":
+		return errors.New("--node-name: empty; set it or the NODE_NAME environment variable (downward API spec.nodeName)")
+	case len(validation.IsDNS1123Subdomain(o.nodeName)) > 0:
+		return fmt.Errorf("--node-name: %q is not a valid node name: %s",
+			o.nodeName, strings.Join(validation.IsDNS1123Subdomain(o.nodeName), "; "))
+	case o.csiAddress == "" && o.readyURL == "":
+		return errors.New("no readiness gate: set --csi-address or --ready-url")
+	case o.csiAddress != "" && !filepath.IsAbs(o.csiAddress):
+		return fmt.Errorf("--csi-address: %q is not an absolute path", o.csiAddress)
+	case o.csiAddress == "" && len(o.taints) == 0:
+		return errors.New("--taint: required without --csi-address (the default taint is named after the CSI driver)")
+	case o.csiAddress == "" && explicit["require-csinode"] && o.requireCSINode:
+		return errors.New("--require-csinode: needs --csi-address")
+	case o.requireAllocatable && (o.csiAddress == "" || !o.requireCSINode):
+		return errors.New("--require-allocatable: needs --csi-address and --require-csinode")
+	case o.probeInterval <= 0:
+		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
+	case o.probeTimeout <= 0:
+		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
+	case (o.metricsCert == "" || o.metricsKey == "") && o.metricsCertDir != "":
+		return errors.New("--metrics-cert-name and --metrics-cert-key: must not be empty with --metrics-cert-path")
+	}
+	if o.readyURL != "" {
+		u, err := url.Parse(o.readyURL)
+		if err != nil {
+			return fmt.Errorf("--ready-url: %w", err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--ready-url: %q is not an http(s) URL with a host", o.readyURL)
+		}
+	}
+	if o.csiAddress == "" {
+		o.requireCSINode = false
+	}
+	return nil
+}

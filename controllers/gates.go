@@ -1,0 +1,153 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Gate is a local readiness check of the node agent, probed periodically. Probe returns nil when
+// the agent is ready and otherwise an error saying why not; it must return within its own timeout.
+type Gate interface {
+	// Name is the gate's short name, used in logs, events and metric labels ("csi", "http").
+	Name() string
+	Probe(ctx context.Context) error
+}
+
+// errNotReady marks a driver that answered but reported itself not ready yet.
+var errNotReady = errors.New("driver reports not ready")
+
+// errNotProbed stands for the local gates before their first probe has finished.
+var errNotProbed = errors.New("not probed yet")
+
+// CSIGate probes a CSI driver over its Unix socket with Identity/Probe and learns the driver's
+// name from GetPluginInfo. It holds one gRPC connection for its whole life; gRPC redials the
+// socket path by itself, so a driver that restarts with a new socket file is found again.
+type CSIGate struct {
+	address  string
+	timeout  time.Duration
+	conn     *grpc.ClientConn
+	identity csi.IdentityClient
+
+	mu         sync.Mutex
+	driverName string
+	ready      bool
+}
+
+// NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. Each probe
+// gives up after timeout, so a hung driver reads as not ready instead of blocking the prober. No
+// connection is made until the first probe: a socket that does not exist yet is not an error.
+func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
+	conn, err := grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Redial quickly: the socket appears when the driver starts, and waiting out gRPC's
+		// default two-minute backoff would hold the taint for no reason.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: timeout,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("CSI client for %s: %w", path, err)
+	}
+	return &CSIGate{address: path, timeout: timeout, conn: conn, identity: csi.NewIdentityClient(conn)}, nil
+}
+
+// Name implements Gate.
+func (g *CSIGate) Name() string { return "csi" }
+
+// Probe implements Gate. The driver is ready when Probe succeeds and its ready field is true or
+// unset (the CSI spec reads unset as ready) and its name is known.
+func (g *CSIGate) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	err := g.probe(ctx)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ready = err == nil
+	return err
+}
+
+func (g *CSIGate) probe(ctx context.Context) error {
+	resp, err := g.identity.Probe(ctx, &csi.ProbeRequest{})
+	if err != nil {
+		return fmt.Errorf("CSI Probe on %s: %w", g.address, err)
+	}
+	if r := resp.GetReady(); r != nil && !r.GetValue() {
+		return fmt.Errorf("CSI Probe on %s: %w", g.address, errNotReady)
+	}
+	g.mu.Lock()
+	known := g.ready && g.driverName != ""
+	g.mu.Unlock()
+	if known {
+		return nil
+	}
+	// Ask for the name on every not-ready to ready transition: a restarted socket may be served
+	// by a different driver build, and the call is cheap.
+	info, err := g.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		return fmt.Errorf("CSI GetPluginInfo on %s: %w", g.address, err)
+	}
+	if info.GetName() == "" {
+		return fmt.Errorf("CSI GetPluginInfo on %s: driver returned an empty name", g.address)
+	}
+	g.mu.Lock()
+	g.driverName = info.GetName()
+	g.mu.Unlock()
+	return nil
+}
+
+// DriverName returns the name the driver last reported, or "" before it first answered.
+func (g *CSIGate) DriverName() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.driverName
+}
+
+// Close releases the gRPC connection.
+func (g *CSIGate) Close() error {
+	return g.conn.Close()
+}
+
+// HTTPGate probes a local health endpoint with GET; any 2xx answer means ready. It serves agents
+// that are not CSI drivers, such as a CNI agent or a device plugin.
+type HTTPGate struct {
+	url    string
+	client *http.Client
+}
+
+// NewHTTPGate returns a gate for url; each request gives up after timeout.
+func NewHTTPGate(url string, timeout time.Duration) *HTTPGate {
+	return &HTTPGate{url: url, client: &http.Client{Timeout: timeout}}
+}
+
+// Name implements Gate.
+func (g *HTTPGate) Name() string { return "http" }
+
+// Probe implements Gate.
+func (g *HTTPGate) Probe(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", g.url, err)
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", g.url, err)
+	}
+	// Drain a little so the connection can be reused; a health body is never large.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("GET %s: %s", g.url, resp.Status)
+	}
+	return nil
+}

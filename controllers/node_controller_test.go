@@ -1,0 +1,310 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+var _ = Describe("NodeReconciler", func() {
+	var (
+		nodeName string
+		other    corev1.Taint
+	)
+
+	BeforeEach(func() {
+		nodeName = uniqueNodeName()
+		other = corev1.Taint{Key: "example.com/other", Value: "keep", Effect: corev1.TaintEffectNoSchedule}
+	})
+
+	expectTaintStays := func(ctx context.Context) {
+		GinkgoHelper()
+		Consistently(func(g Gomega) {
+			g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(startupTaint.Key))
+		}).WithContext(ctx).Should(Succeed())
+	}
+	expectTaintGone := func(ctx context.Context) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key))
+		}).WithContext(ctx).Should(Succeed())
+	}
+
+	Context("with a CSI driver and CSINode registration", func() {
+		var driver *fakecsi.Driver
+
+		startFor := func(readiness fakecsi.Readiness, mutate ...func(*controllers.NodeReconciler)) {
+			driver = startDriver(readiness)
+			r := &controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true}
+			for _, m := range mutate {
+				m(r)
+			}
+			startManager(r)
+		}
+
+		It("keeps the taint while the driver is not ready, even when registered", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint, other)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.NotReady)
+			Eventually(driver.Probes).Should(BeNumerically(">", 2))
+			expectTaintStays(ctx)
+
+			driver.SetReadiness(fakecsi.Failing)
+			expectTaintStays(ctx)
+
+			driver.SetReadiness(fakecsi.Ready)
+			expectTaintGone(ctx)
+		})
+
+		It("keeps the taint while the driver is ready but not in CSINode, and removes it once registered", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint, other)
+			startFor(fakecsi.Ready)
+			Eventually(driver.Probes).Should(BeNumerically(">", 2))
+			expectTaintStays(ctx)
+
+			registerDriver(ctx, nodeName, nil)
+			expectTaintGone(ctx)
+		})
+
+		It("reads an unset ready field as ready", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.ReadyUnset)
+			expectTaintGone(ctx)
+		})
+
+		It("waits for the allocatable count when asked to", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) { r.RequireAllocatable = true })
+			Eventually(driver.Probes).Should(BeNumerically(">", 2))
+			expectTaintStays(ctx)
+
+			registerDriver(ctx, nodeName, ptr.To[int32](25))
+			expectTaintGone(ctx)
+		})
+
+		It("leaves other taints, labels and annotations alone", func(ctx SpecContext) {
+			node := createNode(ctx, nodeName, startupTaint, other,
+				corev1.Taint{Key: driverName + "/another", Effect: corev1.TaintEffectNoSchedule})
+			node.Labels = map[string]string{"topology.example.com/zone": "a"}
+			node.Annotations = map[string]string{"example.com/note": "hello"}
+			Expect(k8sClient.Update(ctx, node)).To(Succeed())
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready)
+
+			expectTaintGone(ctx)
+			Eventually(func(g Gomega) {
+				g.Expect(nodeTaints(g, ctx, nodeName)).To(ConsistOf(
+					other, corev1.Taint{Key: driverName + "/another", Effect: corev1.TaintEffectNoSchedule}))
+			}).Should(Succeed())
+			got := &corev1.Node{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, got)).To(Succeed())
+			Expect(got.Labels).To(HaveKeyWithValue("topology.example.com/zone", "a"))
+			Expect(got.Annotations).To(HaveKeyWithValue("example.com/note", "hello"))
+		})
+
+		It("removes the taint again when it is re-added later", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready)
+			expectTaintGone(ctx)
+
+			for range 3 {
+				Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					node := &corev1.Node{}
+					if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+						return err
+					}
+					node.Spec.Taints = append(node.Spec.Taints, startupTaint)
+					return k8sClient.Update(ctx, node)
+				})).To(Succeed())
+				expectTaintGone(ctx)
+			}
+		})
+
+		It("finds a socket that appears after the start", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			path := filepath.Join(GinkgoT().TempDir(), "csi.sock")
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(path), RequireCSINode: true})
+			expectTaintStays(ctx)
+
+			d, err := fakecsi.Start(path, driverName, fakecsi.Ready)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(d.Stop)
+			expectTaintGone(ctx)
+		})
+
+		It("treats a hung Probe as not ready and recovers when the driver answers", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Hung)
+			Eventually(driver.Probes).Should(BeNumerically(">", 1))
+			expectTaintStays(ctx)
+
+			driver.SetReadiness(fakecsi.Ready)
+			expectTaintGone(ctx)
+		})
+
+		It("finds a driver that restarted on a new socket file", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			startFor(fakecsi.Ready)
+			driver.Stop()
+			registerDriver(ctx, nodeName, nil)
+			expectTaintStays(ctx)
+
+			Expect(driver.Restart()).To(Succeed())
+			expectTaintGone(ctx)
+		})
+
+		It("removes the taint from a node deleted and re-created under the same name", func(ctx SpecContext) {
+			node := createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready)
+			expectTaintGone(ctx)
+
+			Expect(k8sClient.Delete(ctx, node)).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, &corev1.Node{}))
+			}).Should(BeTrue())
+			createNode(ctx, nodeName, startupTaint, other)
+			expectTaintGone(ctx)
+			Eventually(func(g Gomega) {
+				g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(other.Key))
+			}).Should(Succeed())
+		})
+
+		It("matches an effect only when the spec names one", func(ctx SpecContext) {
+			noSchedule := corev1.Taint{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+			noExecute := corev1.Taint{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+			createNode(ctx, nodeName, noSchedule, noExecute)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) {
+				r.Taints = []controllers.TaintSpec{{Key: noExecute.Key, Effect: corev1.TaintEffectNoExecute}}
+			})
+			Eventually(func(g Gomega) {
+				g.Expect(nodeTaints(g, ctx, nodeName)).To(ConsistOf(noSchedule))
+			}).Should(Succeed())
+		})
+
+		It("loses no other writer's taint while it removes its own", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			registerDriver(ctx, nodeName, nil)
+			startFor(fakecsi.Ready)
+
+			// Another writer toggles its own taints hundreds of times while this test re-adds the
+			// startup taint again and again; every write of each side must survive.
+			const writes = 300
+			var wg sync.WaitGroup
+			var readds atomic.Int64
+			writerState := map[string]bool{}
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				for i := range writes {
+					key := fmt.Sprintf("writer.example.com/t%d", i%7)
+					Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+						node := &corev1.Node{}
+						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+							return err
+						}
+						orig := node.DeepCopy()
+						if writerState[key] {
+							node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
+						} else {
+							node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+						}
+						return k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+					})).To(Succeed())
+					writerState[key] = !writerState[key]
+				}
+			}()
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				for range 30 {
+					Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+						node := &corev1.Node{}
+						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+							return err
+						}
+						if len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) > 0 {
+							return nil
+						}
+						orig := node.DeepCopy()
+						node.Spec.Taints = append(node.Spec.Taints, startupTaint)
+						return k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+					})).To(Succeed())
+					readds.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+			wg.Wait()
+
+			expectTaintGone(ctx)
+			var want []string
+			for key, present := range writerState {
+				if present {
+					want = append(want, key)
+				}
+			}
+			Expect(want).NotTo(BeEmpty())
+			Eventually(func(g Gomega) {
+				var keys []string
+				for _, t := range nodeTaints(g, ctx, nodeName) {
+					keys = append(keys, t.Key)
+				}
+				g.Expect(keys).To(ConsistOf(want))
+			}).Should(Succeed())
+			GinkgoWriter.Printf("other writer: %d writes, startup taint re-added %d times\n", writes, readds.Load())
+		})
+	})
+
+	Context("with an HTTP health endpoint", func() {
+		It("removes the taint once the endpoint answers 2xx", func(ctx SpecContext) {
+			var healthy atomic.Bool
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if healthy.Load() {
+					w.WriteHeader(http.StatusNoContent)
+					return
+				}
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+			}))
+			DeferCleanup(srv.Close)
+			cniTaint := corev1.Taint{Key: "cni.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+			createNode(ctx, nodeName, cniTaint, other)
+			startManager(&controllers.NodeReconciler{
+				NodeName: nodeName,
+				Taints:   []controllers.TaintSpec{{Key: cniTaint.Key}},
+				Gates:    []controllers.Gate{controllers.NewHTTPGate(srv.URL+"/healthz", time.Second)},
+			})
+			Consistently(func(g Gomega) {
+				g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(cniTaint.Key))
+			}).Should(Succeed())
+
+			healthy.Store(true)
+			Eventually(func(g Gomega) {
+				g.Expect(nodeTaints(g, ctx, nodeName)).To(ConsistOf(other))
+			}).Should(Succeed())
+		})
+	})
+})

@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// TaintSpec selects the startup taints the controller removes. A taint matches by key, and by
+// effect only when Effect is set; values are ignored because the platforms that add startup taints
+// disagree on them (empty, "true", a reason string).
+type TaintSpec struct {
+	Key    string
+	Effect corev1.TaintEffect
+}
+
+// String returns the spec in the KEY[:EFFECT] form the --taint flag accepts.
+func (s TaintSpec) String() string {
+	if s.Effect == "" {
+		return s.Key
+	}
+	return s.Key + ":" + string(s.Effect)
+}
+
+// Matches reports whether t is selected by s.
+func (s TaintSpec) Matches(t corev1.Taint) bool {
+	return t.Key == s.Key && (s.Effect == "" || t.Effect == s.Effect)
+}
+
+// ParseTaintSpec parses KEY[:EFFECT]. The key must be a valid label key and the effect, if given,
+// one of NoSchedule, PreferNoSchedule and NoExecute. A value (KEY=VALUE) is rejected rather than
+// ignored, so a user who expects values to matter learns at once that they do not.
+func ParseTaintSpec(s string) (TaintSpec, error) {
+	if s == "" {
+		return TaintSpec{}, fmt.Errorf("empty taint: want KEY[:EFFECT]")
+	}
+	key, effect, hasEffect := strings.Cut(s, ":")
+	if strings.Contains(key, "=") {
+		return TaintSpec{}, fmt.Errorf("taint %q: values are not matched, give only KEY[:EFFECT]", s)
+	}
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return TaintSpec{}, fmt.Errorf("taint %q: key is not a valid label key: %s", s, strings.Join(errs, "; "))
+	}
+	spec := TaintSpec{Key: key}
+	if hasEffect {
+		switch e := corev1.TaintEffect(effect); e {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+			spec.Effect = e
+		default:
+			return TaintSpec{}, fmt.Errorf("taint %q: effect %q is not one of NoSchedule, PreferNoSchedule, NoExecute", s, effect)
+		}
+	}
+	return spec, nil
+}
+
+// DefaultTaintSpec is the startup taint the EBS, EFS, Azure Disk and Mountpoint-S3 CSI drivers
+// use by convention, keyed by the driver's name.
+func DefaultTaintSpec(driverName string) TaintSpec {
+	return TaintSpec{Key: driverName + "/agent-not-ready"}
+}
+
+// MatchingTaints returns the taints in taints that any spec selects, in their original order.
+func MatchingTaints(taints []corev1.Taint, specs []TaintSpec) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range taints {
+		if matchesAny(t, specs) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// WithoutTaints returns taints minus those any spec selects, keeping the others in order. It
+// never returns the input slice, so callers may modify the result freely.
+func WithoutTaints(taints []corev1.Taint, specs []TaintSpec) []corev1.Taint {
+	out := make([]corev1.Taint, 0, len(taints))
+	for _, t := range taints {
+		if !matchesAny(t, specs) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func matchesAny(t corev1.Taint, specs []TaintSpec) bool {
+	for _, s := range specs {
+		if s.Matches(t) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package envtest pins the commands that make envtest builds; it is never compiled into the project.
+package envtest
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)
