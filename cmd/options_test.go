@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestParseOptionsDefaults(t *testing.T) {
+	o, err := parseOptions([]string{"--csi-address=unix:///csi/csi.sock"}, env(map[string]string{"NODE_NAME": "node-a"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.nodeName != "node-a" || o.csiAddress != "/csi/csi.sock" || !o.requireCSINode || o.requireAllocatable ||
+		o.probeInterval != time.Second || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || len(o.taints) != 0 {
+		t.Fatalf("unexpected defaults: %+v", o)
+	}
+}
+
+func TestParseOptionsValues(t *testing.T) {
+	o, err := parseOptions([]string{
+		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute",
+		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms",
+	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}}
+	if o.nodeName != "node-b" || len(o.taints) != 2 || o.taints[0] != want[0] || o.taints[1] != want[1] ||
+		o.requireCSINode || o.probeInterval != 250*time.Millisecond {
+		t.Fatalf("unexpected options: %+v", o)
+	}
+}
+
+// TestParseOptionsRejectsBadInput checks that every bad input fails with one line naming the flag.
+func TestParseOptionsRejectsBadInput(t *testing.T) {
+	node := map[string]string{"NODE_NAME": "node-a"}
+	csi := "--csi-address=/csi/csi.sock"
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"empty node name", []string{csi}, nil, "--node-name: empty"},
+		{"empty node name flag", []string{csi, "--node-name="}, node, "--node-name: empty"},
+		{"invalid node name", []string{csi, "--node-name=Node_A"}, nil, "--node-name"},
+		{"no gate", []string{"--taint=a.example.com/x"}, node, "no readiness gate"},
+		{"relative socket", []string{"--csi-address=csi.sock"}, node, "--csi-address"},
+		{"relative unix socket", []string{"--csi-address=unix://csi.sock"}, node, "--csi-address"},
+		{"empty taint", []string{csi, "--taint="}, node, "-taint"},
+		{"taint with value", []string{csi, "--taint=a.example.com/x=1:NoSchedule"}, node, "-taint"},
+		{"taint bad key", []string{csi, "--taint=not a key"}, node, "-taint"},
+		{"taint bad effect", []string{csi, "--taint=a.example.com/x:Never"}, node, "-taint"},
+		{"no taint without csi", []string{"--ready-url=http://127.0.0.1/healthz"}, node, "--taint"},
+		{"ftp url", []string{"--taint=a/b", "--ready-url=ftp://127.0.0.1/x"}, node, "--ready-url"},
+		{"url without host", []string{"--taint=a/b", "--ready-url=http:///healthz"}, node, "--ready-url"},
+		{"url unparsable", []string{"--taint=a/b", "--ready-url=http://[::1"}, node, "--ready-url"},
+		{"zero interval", []string{csi, "--probe-interval=0s"}, node, "--probe-interval"},
+		{"negative interval", []string{csi, "--probe-interval=-1s"}, node, "--probe-interval"},
+		{"interval not a duration", []string{csi, "--probe-interval=fast"}, node, "-probe-interval"},
+		{"zero timeout", []string{csi, "--probe-timeout=0"}, node, "--probe-timeout"},
+		{"bool not a bool", []string{csi, "--require-csinode=maybe"}, node, "-require-csinode"},
+		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
+		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
+		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},
+		{"positional argument", []string{csi, "extra"}, node, "unexpected argument"},
+		{"cert names empty", []string{csi, "--metrics-cert-path=/certs", "--metrics-cert-name="}, node, "--metrics-cert-name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseOptions(tt.args, env(tt.env), io.Discard)
+			if err == nil {
+				t.Fatalf("parseOptions(%q) succeeded, want an error naming %s", tt.args, tt.want)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.want) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q: want one line containing %q", msg, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseOptionsHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := parseOptions([]string{"--help"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+	for _, name := range []string{"-node-name", "-taint", "-csi-address", "-require-csinode", "-require-allocatable",
+		"-ready-url", "-probe-interval", "-metrics-bind-address", "-health-probe-bind-address", "-kubeconfig", "-zap-log-level"} {
+		if !strings.Contains(out.String(), name) {
+			t.Errorf("usage lacks %s", name)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	if _, err := loadConfig(t.TempDir()+"/missing", ""); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Fatalf("missing kubeconfig: err = %v", err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := loadConfig("", ""); err == nil || !strings.Contains(err.Error(), "set --kubeconfig or KUBECONFIG") {
+		t.Fatalf("no config: err = %v", err)
+	}
+}

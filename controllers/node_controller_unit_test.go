@@ -1,0 +1,136 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// readyGate always passes.
+type readyGate struct{}
+
+func (readyGate) Name() string                { return "test" }
+func (readyGate) Probe(context.Context) error { return nil }
+
+var (
+	startup = corev1.Taint{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	foreign = corev1.Taint{Key: "example.com/foreign", Effect: corev1.TaintEffectNoSchedule}
+)
+
+// newTestReconciler returns a reconciler whose local gate has passed, backed by c.
+func newTestReconciler(t *testing.T, c client.Client) *NodeReconciler {
+	t.Helper()
+	r := &NodeReconciler{
+		Client:    c,
+		APIReader: c,
+		NodeName:  "n1",
+		Taints:    []TaintSpec{{Key: startup.Key}},
+		Gates:     []Gate{readyGate{}},
+	}
+	if err := r.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r.prober = newProber(r.Gates, DefaultProbeInterval, r.NodeName)
+	r.prober.probeOnce(context.Background())
+	return r
+}
+
+func reconcileNode(t *testing.T, r *NodeReconciler) error {
+	t.Helper()
+	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+	return err
+}
+
+func TestReconcileRetriesAConflictAndKeepsTheOtherWritersTaint(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(node).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches++
+			if patches == 1 {
+				// Another writer adds its taint between our read and our patch.
+				other := &corev1.Node{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), other); err != nil {
+					return err
+				}
+				other.Spec.Taints = append(other.Spec.Taints, foreign)
+				if err := cl.Update(ctx, other); err != nil {
+					return err
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	r := newTestReconciler(t, c)
+
+	if err := reconcileNode(t, r); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if patches != 2 {
+		t.Fatalf("want a conflict and one retry (2 patches), got %d", patches)
+	}
+	got := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if !equalTaints(got.Spec.Taints, []corev1.Taint{foreign}) {
+		t.Fatalf("taints = %v, want only the other writer's %v", got.Spec.Taints, foreign)
+	}
+}
+
+func TestReconcileOutcomes(t *testing.T) {
+	gone := apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "n1")
+	boom := errors.New("boom")
+	tests := []struct {
+		name        string
+		objects     []client.Object
+		patchErr    error
+		wantErr     bool
+		wantPatches int
+	}{
+		{name: "no node is not an error", wantPatches: 0},
+		{name: "taint already gone is success", objects: []client.Object{nodeWith(foreign)}, wantPatches: 0},
+		{name: "node deleted before the patch is not an error", objects: []client.Object{nodeWith(startup)}, patchErr: gone, wantPatches: 1},
+		{name: "other patch errors are returned for a retry", objects: []client.Object{nodeWith(startup)}, patchErr: boom, wantErr: true, wantPatches: 1},
+		{name: "removes the taint", objects: []client.Object{nodeWith(startup, foreign)}, wantPatches: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			patches := 0
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(tt.objects...).WithInterceptorFuncs(interceptor.Funcs{
+				Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					patches++
+					if tt.patchErr != nil {
+						return tt.patchErr
+					}
+					return cl.Patch(ctx, obj, patch, opts...)
+				},
+			}).Build()
+			err := reconcileNode(t, newTestReconciler(t, c))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Reconcile error = %v, want error: %v", err, tt.wantErr)
+			}
+			if tt.wantErr && !errors.Is(err, tt.patchErr) {
+				t.Fatalf("Reconcile error %v does not wrap %v", err, tt.patchErr)
+			}
+			if patches != tt.wantPatches {
+				t.Fatalf("patches = %d, want %d", patches, tt.wantPatches)
+			}
+		})
+	}
+}
+
+func nodeWith(taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: taints}}
+}

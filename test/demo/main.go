@@ -1,0 +1,209 @@
+// Command demo runs startup-taint-remover end to end on a local control plane: an envtest API
+// server, a Node registered with a startup taint, a demo CSI driver on a Unix socket, and the real
+// binary. It prints each step with the time it took. `make demo` runs it.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+const (
+	nodeName   = "demo-node"
+	driverName = "ebs.csi.aws.com"
+)
+
+func main() {
+	binary := flag.String("binary", "bin/startup-taint-remover", "path of the startup-taint-remover binary")
+	flag.Parse()
+	if err := run(*binary); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// step prints what is about to happen and, when done is called, how long it took.
+func step(format string, args ...any) (done func()) {
+	start := time.Now()
+	fmt.Printf("==> "+format+"\n", args...)
+	return func() { fmt.Printf("    done in %s\n", time.Since(start).Round(time.Millisecond)) }
+}
+
+func run(binary string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	work, err := os.MkdirTemp("", "startup-taint-demo-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+
+	done := step("starting a local control plane (envtest kube-apiserver and etcd)")
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("starting envtest (run `make envtest`, or set KUBEBUILDER_ASSETS): %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return err
+	}
+	admin, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfigData, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
+		return err
+	}
+	done()
+
+	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	done = step("registering node %s with its startup taint and another taint", nodeName)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			startup,
+			{Key: "example.com/dedicated", Value: "storage", Effect: corev1.TaintEffectNoSchedule},
+		}},
+	}
+	if err := c.Create(ctx, node); err != nil {
+		return err
+	}
+	done()
+	if err := printTaints(ctx, c, "before"); err != nil {
+		return err
+	}
+
+	done = step("starting the demo CSI driver %s on a Unix socket", driverName)
+	driver, err := fakecsi.Start(filepath.Join(work, "csi.sock"), driverName, fakecsi.Ready)
+	if err != nil {
+		return err
+	}
+	defer driver.Stop()
+	done()
+
+	done = step("starting %s (it waits for kubelet to register the driver in CSINode)", binary)
+	cmd := exec.CommandContext(ctx, binary,
+		"--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+driver.Path(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	logsDone := make(chan struct{})
+	go func() { defer close(logsDone); indent(stderr) }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	if err := waitFor(ctx, func() bool { return driver.Probes() > 0 }); err != nil {
+		return fmt.Errorf("the binary never probed the driver: %w", err)
+	}
+	done()
+
+	time.Sleep(2 * time.Second)
+	if err := printTaints(ctx, c, "2s later, driver ready but not yet registered"); err != nil {
+		return err
+	}
+
+	done = step("registering the driver in CSINode %s, as kubelet does", nodeName)
+	registered := time.Now()
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: nodeName}}},
+	}
+	if err := c.Create(ctx, csiNode); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, func() bool {
+		n := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
+			return false
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == startup.Key {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("the startup taint was not removed: %w", err)
+	}
+	fmt.Printf("    startup taint removed %s after CSINode registration\n", time.Since(registered).Round(time.Millisecond))
+	done()
+	if err := printTaints(ctx, c, "after"); err != nil {
+		return err
+	}
+
+	done = step("stopping the binary with SIGTERM and cleaning up")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	<-logsDone
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("the binary did not exit cleanly: %w", err)
+	}
+	done()
+	return nil
+}
+
+func printTaints(ctx context.Context, c client.Client, when string) error {
+	n := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
+		return err
+	}
+	fmt.Printf("    taints of %s (%s):\n", nodeName, when)
+	for _, t := range n.Spec.Taints {
+		fmt.Printf("      - %s\n", t.ToString())
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds or ctx ends.
+func waitFor(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// indent copies the binary's log lines to stdout, marked as its own.
+func indent(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		fmt.Println("    | " + strings.TrimSpace(s.Text()))
+	}
+}

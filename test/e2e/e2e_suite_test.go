@@ -1,0 +1,93 @@
+// Package e2e runs the real startup-taint-remover binary as a process against an envtest API
+// server, through a kubeconfig, the way a DaemonSet pod runs it.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gexec"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+var (
+	testEnv    *envtest.Environment
+	k8sClient  client.Client
+	binary     string
+	kubeconfig string
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "End-to-end Suite")
+}
+
+var _ = BeforeSuite(func() {
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultConsistentlyDuration(2 * time.Second)
+
+	var err error
+	binary, err = gexec.Build("github.com/startup-taint-remover/startup-taint-remover/cmd")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(gexec.CleanupBuildArtifacts)
+
+	testEnv = &envtest.Environment{}
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
+	DeferCleanup(testEnv.Stop)
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	admin, err := testEnv.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	data, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
+})
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// runBinary starts the binary with args and stops it when the spec ends.
+func runBinary(args ...string) *gexec.Session {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	session, err := gexec.Start(cmd, GinkgoWriter, GinkgoWriter)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	DeferCleanup(func() { session.Kill().Wait(10 * time.Second) })
+	return session
+}
+
+// runToExit runs the binary to its end and returns its status and standard error.
+func runToExit(env []string, args ...string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		return exitErr.ExitCode(), stderr.String()
+	}
+	ExpectWithOffset(1, err).NotTo(HaveOccurred(), fmt.Sprintf("stderr: %s", stderr.String()))
+	return 0, stderr.String()
+}

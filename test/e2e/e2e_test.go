@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gbytes"
+	"github.com/onsi/gomega/gexec"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+const driverName = "ebs.csi.example.com"
+
+var _ = Describe("the startup-taint-remover binary", func() {
+	It("removes the startup taint once the driver is ready and registered, and exits promptly on SIGTERM", func(ctx SpecContext) {
+		startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+		other := corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-node"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup, other}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+
+		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(driver.Stop)
+
+		health := freeAddr()
+		session := runBinary("--kubeconfig="+kubeconfig, "--node-name="+node.Name, "--csi-address="+driver.Path(),
+			"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
+
+		Eventually(func(g Gomega) {
+			resp, err := http.Get("http://" + health + "/readyz")
+			g.Expect(err).NotTo(HaveOccurred())
+			_ = resp.Body.Close()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		}).Should(Succeed())
+
+		taints := func(g Gomega) []string {
+			got := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), got)).To(Succeed())
+			var keys []string
+			for _, t := range got.Spec.Taints {
+				keys = append(keys, t.Key)
+			}
+			return keys
+		}
+		Consistently(taints).Should(ContainElement(startup.Key), "not registered in CSINode yet")
+
+		csiNode := &storagev1.CSINode{
+			ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+			Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: node.Name}}},
+		}
+		Expect(k8sClient.Create(ctx, csiNode)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiNode))).To(Succeed()) })
+		Eventually(taints).ShouldNot(ContainElement(startup.Key))
+		Expect(taints(Default)).To(ContainElement(other.Key))
+		Eventually(session.Err).Should(gbytes.Say("removed startup taints"))
+
+		start := time.Now()
+		session.Signal(syscall.SIGTERM)
+		Eventually(session, 5*time.Second).Should(gexec.Exit(0))
+		Expect(time.Since(start)).To(BeNumerically("<", 2*time.Second))
+	})
+
+	It("exits with status 2 and one line naming the flag, without contacting the API server", func() {
+		var requests atomic.Int64
+		apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			requests.Add(1)
+			http.Error(w, "no", http.StatusForbidden)
+		}))
+		DeferCleanup(apiserver.Close)
+		countingKubeconfig := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		Expect(os.WriteFile(countingKubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, apiserver.URL)), 0o600)).To(Succeed())
+
+		good := []string{"--kubeconfig=" + countingKubeconfig, "--node-name=n1", "--metrics-bind-address=0", "--health-probe-bind-address=0"}
+		for _, tc := range []struct {
+			args []string
+			flag string
+		}{
+			{[]string{"--csi-address=relative.sock"}, "--csi-address"},
+			{[]string{"--csi-address=/csi.sock", "--taint=bad key"}, "-taint"},
+			{[]string{"--csi-address=/csi.sock", "--probe-interval=0s"}, "--probe-interval"},
+			{[]string{"--taint=a/b", "--ready-url=file:///etc/passwd"}, "--ready-url"},
+			{[]string{"--taint=a/b"}, "no readiness gate"},
+			{[]string{"--csi-address=/csi.sock", "--node-name="}, "--node-name"},
+			{[]string{"--csi-address=/csi.sock", "--bogus"}, "-bogus"},
+		} {
+			code, stderr := runToExit(nil, append(good, tc.args...)...)
+			Expect(code).To(Equal(2), "args %v: stderr %q", tc.args, stderr)
+			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "args %v", tc.args)
+			Expect(stderr).To(ContainSubstring(tc.flag))
+		}
+		Expect(requests.Load()).To(BeZero())
+	})
+
+	It("says how to point it at a cluster when there is none", func() {
+		code, stderr := runToExit(nil, "--node-name=n1", "--csi-address=/csi.sock")
+		Expect(code).To(Equal(2))
+		Expect(stderr).To(ContainSubstring("set --kubeconfig or KUBECONFIG"))
+
+		code, stderr = runToExit(nil, "--node-name=n1", "--csi-address=/csi.sock", "--kubeconfig=/does/not/exist")
+		Expect(code).To(Equal(2))
+		Expect(stderr).To(ContainSubstring("--kubeconfig /does/not/exist"))
+	})
+})
