@@ -147,7 +147,7 @@ func (g *HTTPGate) Probe(ctx context.Context) error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	_ = resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("GET %s: %s", g.url, resp.Status)
+		return &httpStatusError{url: g.url, status: resp.Status}
 	}
 	return nil
 }

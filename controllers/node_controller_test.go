@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +22,9 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
+
+// patientRetry outlasts the conflicts of the racing writers in these tests.
+var patientRetry = wait.Backoff{Steps: 100, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
 
 var _ = Describe("NodeReconciler", func() {
 	var (
@@ -127,7 +131,7 @@ var _ = Describe("NodeReconciler", func() {
 			expectTaintGone(ctx)
 
 			for range 3 {
-				Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				Expect(retry.RetryOnConflict(patientRetry, func() error {
 					node := &corev1.Node{}
 					if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 						return err
@@ -221,7 +225,7 @@ var _ = Describe("NodeReconciler", func() {
 				defer wg.Done()
 				for i := range writes {
 					key := fmt.Sprintf("writer.example.com/t%d", i%7)
-					Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					Expect(retry.RetryOnConflict(patientRetry, func() error {
 						node := &corev1.Node{}
 						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 							return err
@@ -242,7 +246,7 @@ var _ = Describe("NodeReconciler", func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				for range 30 {
-					Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					Expect(retry.RetryOnConflict(patientRetry, func() error {
 						node := &corev1.Node{}
 						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 							return err

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -37,6 +38,7 @@ func newTestReconciler(t *testing.T, c client.Client) *NodeReconciler {
 		NodeName:  "n1",
 		Taints:    []TaintSpec{{Key: startup.Key}},
 		Gates:     []Gate{readyGate{}},
+		Recorder:  events.NewFakeRecorder(100),
 	}
 	if err := r.validate(); err != nil {
 		t.Fatal(err)

@@ -9,25 +9,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// gateStatus is the latest result of one local gate.
-type gateStatus struct {
-	name string
-	err  error
-}
-
-// prober probes the local gates every interval and, whenever the combined readiness or the reason
-// for waiting changes, sends an event that makes the controller reconcile the node at once.
+// prober probes the local gates every interval and, whenever a gate passes or stops passing or
+// its reason class changes, sends an event that makes the controller reconcile the node at once.
 type prober struct {
 	gates    []Gate
 	interval time.Duration
 	node     string
 	events   chan event.GenericEvent
 
-	mu     sync.RWMutex
-	status []gateStatus
-	probed bool
+	mu         sync.RWMutex
+	status     []*gateError // nil where the gate passes; parallel to gates
+	probed     bool
+	readySince time.Time // when every local gate last started passing; zero while one does not
 }
 
 func newProber(gates []Gate, interval time.Duration, node string) *prober {
@@ -59,34 +56,53 @@ func (p *prober) NeedLeaderElection() bool { return false }
 
 func (p *prober) probeOnce(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("node", p.node)
-	next := make([]gateStatus, len(p.gates))
+	next := make([]*gateError, len(p.gates))
 	for i, g := range p.gates {
-		next[i] = gateStatus{name: g.Name(), err: g.Probe(ctx)}
-	}
-	if ctx.Err() != nil {
-		return
+		start := time.Now()
+		err := g.Probe(ctx)
+		if ctx.Err() != nil {
+			return // shutting down: a cancelled probe says nothing about the agent
+		}
+		metrics.ProbeDuration.WithLabelValues(g.Name()).Observe(time.Since(start).Seconds())
+		if err != nil {
+			next[i] = &gateError{gate: g.Name(), reason: reasonClass(err), err: err}
+			metrics.ProbeErrors.WithLabelValues(g.Name(), next[i].reason).Inc()
+			metrics.GateReady.WithLabelValues(g.Name()).Set(0)
+		} else {
+			metrics.GateReady.WithLabelValues(g.Name()).Set(1)
+		}
 	}
 
 	p.mu.Lock()
 	prev, first := p.status, !p.probed
 	p.status, p.probed = next, true
+	allReady := true
+	for _, s := range next {
+		allReady = allReady && s == nil
+	}
+	switch {
+	case !allReady:
+		p.readySince = time.Time{}
+	case p.readySince.IsZero():
+		p.readySince = time.Now()
+	}
 	p.mu.Unlock()
 
 	changed := first
 	for i, s := range next {
-		var before error
+		var before *gateError
 		if !first {
-			before = prev[i].err
+			before = prev[i]
 		}
 		switch {
-		case s.err == nil && (first || before != nil):
-			logger.Info("readiness gate passed", "gate", s.name)
+		case s == nil && (first || before != nil):
+			logger.Info("readiness gate passes", "gate", p.gates[i].Name())
 			changed = true
-		case s.err != nil && (first || before == nil || before.Error() != s.err.Error()):
-			logger.Info("readiness gate not passing", "gate", s.name, "reason", s.err.Error())
+		case s != nil && (first || before == nil || before.reason != s.reason):
+			logger.Info("readiness gate does not pass", "gate", s.gate, "reason", s.reason, "detail", s.err.Error())
 			changed = true
 		default:
-			logger.V(4).Info("readiness gate unchanged", "gate", s.name, "ready", s.err == nil)
+			logger.V(4).Info("readiness gate unchanged", "gate", p.gates[i].Name(), "ready", s == nil)
 		}
 	}
 	if !changed {
@@ -98,18 +114,18 @@ func (p *prober) probeOnce(ctx context.Context) {
 	}
 }
 
-// notReady returns the first gate that does not pass and why, or "" and nil when all pass.
-// Before the first probe has finished, nothing is known, which counts as not ready.
-func (p *prober) notReady() (string, error) {
+// notReady returns the first local gate that does not pass, or nil and the time since when all
+// have passed. Before the first probe has finished nothing is known, which counts as not ready.
+func (p *prober) notReady() (*gateError, time.Time) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if !p.probed {
-		return "local", errNotProbed
+		return &gateError{gate: "local", reason: reasonNotProbed, err: errNotProbed}, time.Time{}
 	}
 	for _, s := range p.status {
-		if s.err != nil {
-			return s.name, s.err
+		if s != nil {
+			return s, time.Time{}
 		}
 	}
-	return "", nil
+	return nil, p.readySince
 }

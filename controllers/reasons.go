@@ -1,0 +1,79 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Reason classes: a small fixed set that labels probe errors in metrics and tells a changed
+// reason for waiting from a repeated one, whatever details the underlying error carries.
+const (
+	reasonNotProbed     = "not_probed"
+	reasonNotReady      = "not_ready"
+	reasonTimeout       = "timeout"
+	reasonUnavailable   = "unavailable"
+	reasonUnimplemented = "unimplemented"
+	reasonHTTPStatus    = "http_status"
+	reasonNotRegistered = "not_registered"
+	reasonNoAllocatable = "no_allocatable"
+	reasonError         = "error"
+)
+
+// gateError says which gate does not pass, in which reason class, and why.
+type gateError struct {
+	gate   string
+	reason string
+	err    error
+}
+
+func (e *gateError) Error() string { return fmt.Sprintf("%s gate: %v", e.gate, e.err) }
+func (e *gateError) Unwrap() error { return e.err }
+
+// key identifies the state for deduplicating logs and events.
+func (e *gateError) key() string { return e.gate + "/" + e.reason }
+
+// httpStatusError is a health endpoint's non-2xx answer.
+type httpStatusError struct {
+	url    string
+	status string
+}
+
+func (e *httpStatusError) Error() string { return fmt.Sprintf("GET %s: %s", e.url, e.status) }
+
+// reasonClass sorts a probe error into one of the reason classes.
+func reasonClass(err error) string {
+	var statusErr *httpStatusError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, errNotReady):
+		return reasonNotReady
+	case errors.Is(err, errNotProbed):
+		return reasonNotProbed
+	case errors.Is(err, context.DeadlineExceeded):
+		return reasonTimeout
+	case errors.As(err, &statusErr):
+		return reasonHTTPStatus
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return reasonTimeout
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.DeadlineExceeded, codes.Canceled:
+			return reasonTimeout
+		case codes.Unavailable:
+			return reasonUnavailable
+		case codes.Unimplemented:
+			return reasonUnimplemented
+		}
+		return reasonError
+	}
+	if errors.As(err, &netErr) {
+		return reasonUnavailable
+	}
+	return reasonError
+}

@@ -1,0 +1,100 @@
+// Package metrics defines the controller's Prometheus metrics and registers them with
+// controller-runtime's registry, which the manager's metrics server serves. None is labelled with
+// the node's name: every pod is its own scrape target, and the target's labels say which node.
+package metrics
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Results of a removal attempt, the values of the result label.
+const (
+	ResultRemoved   = "removed"
+	ResultConflict  = "conflict"
+	ResultForbidden = "forbidden"
+	ResultError     = "error"
+)
+
+// version is set at build time with -ldflags -X.
+var version = "dev"
+
+var (
+	// Present is 1 while the configured taint is on the node.
+	Present = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_present",
+		Help: "1 while the configured startup taint is on this node, 0 once it is gone.",
+	}, []string{"taint"})
+
+	// Removals counts removal attempts by result.
+	Removals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_removals_total",
+		Help: "Attempts to remove a startup taint, by result (removed, conflict, forbidden, error).",
+	}, []string{"taint", "result"})
+
+	// Readded counts taints that came back after this pod had removed them.
+	Readded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_readded_total",
+		Help: "Times a startup taint came back after this pod had removed it.",
+	}, []string{"taint"})
+
+	// RemovalSeconds is the time from the Node's creation to the first removal of its taints.
+	RemovalSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "startup_taint_removal_seconds",
+		Help:    "Seconds from the Node's creation to the first removal of its startup taints.",
+		Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800},
+	})
+
+	// ReadyToRemovedSeconds is the controller's own reaction time.
+	ReadyToRemovedSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "startup_taint_ready_to_removed_seconds",
+		Help:    "Seconds from all readiness gates passing (or the taint appearing, if later) to the patch being accepted.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
+
+	// GateReady is 1 while a readiness gate passes.
+	GateReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_gate_ready",
+		Help: "1 while the readiness gate (csi, csinode, http) passes, 0 while it does not.",
+	}, []string{"gate"})
+
+	// ProbeDuration is how long each local probe took.
+	ProbeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "startup_taint_probe_duration_seconds",
+		Help:    "Seconds one probe of a local readiness gate took.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+	}, []string{"gate"})
+
+	// ProbeErrors counts failed probes by gate and reason class.
+	ProbeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_probe_errors_total",
+		Help: "Failed probes of a local readiness gate, by reason class.",
+	}, []string{"gate", "reason"})
+
+	// BuildInfo carries the build's version, revision and Go version as labels.
+	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_build_info",
+		Help: "Always 1; the labels describe the running build.",
+	}, []string{"version", "revision", "go_version"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
+		GateReady, ProbeDuration, ProbeErrors, BuildInfo)
+	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
+}
+
+// revision is the VCS revision the go command stamped into the binary, if any.
+func revision() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
