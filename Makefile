@@ -1,6 +1,10 @@
 # Image URL to use all building/pushing image targets.
 IMG ?= startup-taint-remover:latest
 
+# Version stamped into the binary and its startup_taint_build_info metric.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS ?= -X github.com/startup-taint-remover/startup-taint-remover/internal/metrics.version=$(VERSION)
+
 # Kubernetes version of the envtest control plane; built from source by hack/envtest.
 ENVTEST_K8S_VERSION ?= 1.37.2
 GOOS ?= $(shell go env GOOS)
@@ -45,7 +49,7 @@ demo: envtest build ## Run the binary against a local control plane and a demo C
 
 .PHONY: build
 build: fmt vet ## Build the startup-taint-remover binary.
-	go build -o bin/startup-taint-remover ./cmd
+	go build -ldflags "$(LDFLAGS)" -o bin/startup-taint-remover ./cmd
 
 .PHONY: run
 run: fmt vet ## Run the controller from your host against the cluster in KUBECONFIG.

@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -135,4 +137,67 @@ func TestReconcileOutcomes(t *testing.T) {
 
 func nodeWith(taints ...corev1.Taint) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: taints}}
+}
+
+// flipGate is a local gate whose result the test sets.
+type flipGate struct{ err error }
+
+func (g *flipGate) Name() string                { return "flip" }
+func (g *flipGate) Probe(context.Context) error { return g.err }
+
+func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()
+	gate := &flipGate{err: errNotReady}
+	recorder := events.NewFakeRecorder(1000)
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: []TaintSpec{{Key: startup.Key}},
+		Gates: []Gate{readyGate{}, gate}, Recorder: recorder}
+	r.prober = newProber(r.Gates, DefaultProbeInterval, r.NodeName)
+	for i := range 100 {
+		// Alternate between two reasons for waiting, never letting the taint go.
+		if i%2 == 0 {
+			gate.err = errNotReady
+		} else {
+			gate.err = context.DeadlineExceeded
+		}
+		r.prober.probeOnce(context.Background())
+		if err := reconcileNode(t, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(recorder.Events); got != 2 {
+		t.Fatalf("100 changes of the reason to wait sent %d events, want 2 (one per reason class)", got)
+	}
+}
+
+func TestForbiddenBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("no patch for you"))
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return forbidden
+		},
+	}).Build()
+	r := newTestReconciler(t, c)
+	recorder := r.Recorder.(*events.FakeRecorder)
+	var delays []time.Duration
+	for range 12 {
+		res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+		if err != nil {
+			t.Fatalf("a forbidden patch must not be returned as an error (one log line per retry): %v", err)
+		}
+		delays = append(delays, res.RequeueAfter)
+	}
+	for i := 1; i < len(delays); i++ {
+		if delays[i] < delays[i-1] || delays[i] > MaxRetryInterval {
+			t.Fatalf("backoff %v does not grow up to %v", delays, MaxRetryInterval)
+		}
+	}
+	if delays[0] != time.Second || delays[len(delays)-1] != MaxRetryInterval {
+		t.Fatalf("backoff %v: want 1s first, %v at last", delays, MaxRetryInterval)
+	}
+	if len(recorder.Events) != 1 {
+		t.Fatalf("%d events for the same failure, want 1", len(recorder.Events))
+	}
+	if e := <-recorder.Events; !strings.Contains(e, ReasonRemovalFailed) {
+		t.Fatalf("event %q, want %s", e, ReasonRemovalFailed)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,10 +108,15 @@ func run(binary string) error {
 	defer driver.Stop()
 	done()
 
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	done = step("starting %s (it waits for kubelet to register the driver in CSINode)", binary)
 	cmd := exec.CommandContext(ctx, binary,
 		"--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+driver.Path(),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+		// Plain HTTP on loopback, so the demo can read the metrics without a token.
+		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -164,6 +171,10 @@ func run(binary string) error {
 		return err
 	}
 
+	if err := printMetrics(ctx, metricsAddr); err != nil {
+		return err
+	}
+
 	done = step("stopping the binary with SIGTERM and cleaning up")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return err
@@ -186,6 +197,42 @@ func printTaints(ctx context.Context, c client.Client, when string) error {
 		fmt.Printf("      - %s\n", t.ToString())
 	}
 	return nil
+}
+
+// printMetrics prints the metrics that matter from the binary's metrics endpoint: whether the
+// taint is present, the removals, and how long the node waited.
+func printMetrics(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	fmt.Printf("    metrics from http://%s/metrics:\n", addr)
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		for _, prefix := range []string{"startup_taint_present", "startup_taint_removals_total", "startup_taint_removal_seconds_sum",
+			"startup_taint_removal_seconds_count", "startup_taint_ready_to_removed_seconds_sum", "startup_taint_ready_to_removed_seconds_count"} {
+			if strings.HasPrefix(line, prefix) {
+				fmt.Println("      " + line)
+			}
+		}
+	}
+	return s.Err()
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
 }
 
 // waitFor polls cond until it holds or ctx ends.

@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -26,6 +27,7 @@ var (
 	k8sClient  client.Client
 	binary     string
 	kubeconfig string
+	restConfig *rest.Config
 )
 
 func TestE2E(t *testing.T) {
@@ -44,10 +46,10 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(gexec.CleanupBuildArtifacts)
 
 	testEnv = &envtest.Environment{}
-	cfg, err := testEnv.Start()
+	restConfig, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
 	DeferCleanup(testEnv.Stop)
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	k8sClient, err = client.New(restConfig, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 
 	admin, err := testEnv.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)

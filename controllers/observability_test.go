@@ -1,0 +1,149 @@
+package controllers_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+// nodeEvents returns the reasons of the events recorded on the node, in order of creation.
+func nodeEvents(g Gomega, ctx context.Context, nodeName string) []string {
+	list := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == nodeName {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// eventOccurrences counts the events recorded on the node, each series by its count.
+func eventOccurrences(g Gomega, ctx context.Context, nodeName string) int {
+	list := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Kind != "Node" || e.Regarding.Name != nodeName {
+			continue
+		}
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+func readdTaint(ctx context.Context, nodeName string, t corev1.Taint) {
+	ExpectWithOffset(1, retry.RetryOnConflict(patientRetry, func() error {
+		node := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, t)
+		return k8sClient.Update(ctx, node)
+	})).To(Succeed())
+}
+
+var _ = Describe("Observability", func() {
+	var nodeName string
+	BeforeEach(func() { nodeName = uniqueNodeName() })
+
+	It("follows the taint's lifecycle in metrics and events", func(ctx SpecContext) {
+		// A taint key of this spec's own, so the global metrics carry only its series.
+		taint := corev1.Taint{Key: "metrics.example.com/" + nodeName, Effect: corev1.TaintEffectNoExecute}
+		key := taint.Key
+		createNode(ctx, nodeName, taint)
+		driver := startDriver(fakecsi.NotReady)
+		startManager(&controllers.NodeReconciler{
+			NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true,
+			Taints: []controllers.TaintSpec{{Key: key}},
+		})
+
+		By("holding the taint while the driver is not ready")
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(1.0))
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.GateReady.WithLabelValues("csi")) }).Should(Equal(0.0))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
+		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
+
+		By("removing it once the driver is ready and registered")
+		removalsBefore := testutil.CollectAndCount(metrics.RemovalSeconds)
+		driver.SetReadiness(fakecsi.Ready)
+		registerDriver(ctx, nodeName, nil)
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(0.0))
+		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.GateReady.WithLabelValues("csinode"))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Readded.WithLabelValues(key))).To(BeZero())
+		Expect(testutil.CollectAndCount(metrics.RemovalSeconds)).To(Equal(removalsBefore))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+
+		By("counting a re-added taint once and removing it again")
+		Consistently(func() float64 {
+			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))
+		}, time.Second).Should(Equal(1.0), "a removal is counted once")
+		readdTaint(ctx, nodeName, taint)
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Readded.WithLabelValues(key)) }).Should(Equal(1.0))
+		Eventually(func() float64 {
+			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))
+		}).Should(Equal(2.0))
+		Expect(testutil.ToFloat64(metrics.Present.WithLabelValues(key))).To(Equal(0.0))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedAgain))
+
+		By("exposing well-formed metrics")
+		problems, err := testutil.CollectAndLint(metrics.Present)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(problems).To(BeEmpty())
+		for _, c := range []string{"startup_taint_present", "startup_taint_removals_total", "startup_taint_readded_total",
+			"startup_taint_removal_seconds", "startup_taint_ready_to_removed_seconds", "startup_taint_gate_ready",
+			"startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total", "startup_taint_build_info"} {
+			Expect(testutil.GatherAndCount(crmetrics.Registry, c)).To(BeNumerically(">", 0), c)
+		}
+		lint, err := testutil.GatherAndLint(crmetrics.Registry, "startup_taint_present", "startup_taint_removals_total",
+			"startup_taint_readded_total", "startup_taint_removal_seconds", "startup_taint_ready_to_removed_seconds",
+			"startup_taint_gate_ready", "startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total",
+			"startup_taint_build_info")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(lint).To(BeEmpty())
+	})
+
+	It("records a bounded number of events while a driver flaps 50 times", func(ctx SpecContext) {
+		createNode(ctx, nodeName, startupTaint)
+		driver := startDriver(fakecsi.NotReady)
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
+		// Not registered in CSINode, so the taint is held through every flap: each flap changes
+		// which gate holds it, and why.
+		for range 50 {
+			probes := driver.Probes()
+			driver.SetReadiness(fakecsi.Ready)
+			Eventually(driver.Probes).Should(BeNumerically(">", probes+1))
+			probes = driver.Probes()
+			driver.SetReadiness(fakecsi.NotReady)
+			Eventually(driver.Probes).Should(BeNumerically(">", probes+1))
+		}
+		// The reconciler sends at most one WaitingForDriver per gate and reason class while the
+		// taint is held (here csi/not_ready and csinode/not_registered), and the events API folds
+		// repeats into a series: 100 gate changes leave at most 2 occurrences.
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
+		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName) }).Should(BeNumerically("<=", 2))
+
+		registerDriver(ctx, nodeName, nil)
+		driver.SetReadiness(fakecsi.Ready)
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+		Expect(eventOccurrences(Default, ctx, nodeName)).To(BeNumerically("<=", 3))
+	})
+})
