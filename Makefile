@@ -55,8 +55,69 @@ build: fmt vet ## Build the startup-taint-remover binary.
 run: fmt vet ## Run the controller from your host against the cluster in KUBECONFIG.
 	go run ./cmd $(ARGS)
 
+##@ Deployment
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the RBAC ClusterRole in config/rbac from the +kubebuilder:rbac markers.
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role paths="./..." output:rbac:artifacts:config=config/rbac
+
+.PHONY: build-installer
+build-installer: manifests kustomize ## Render config/default, with IMG, into one dist/install.yaml.
+	mkdir -p dist
+	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG)
+	"$(KUSTOMIZE)" build config/default > dist/install.yaml
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy config/default, with IMG, to the cluster in ~/.kube/config.
+	cd config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMG)
+	"$(KUSTOMIZE)" build config/default | $(KUBECTL) apply -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove what deploy installed. Call with ignore-not-found=true to ignore missing resources.
+	"$(KUSTOMIZE)" build config/default | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
 ##@ Dependencies
+
+## Location to install dependencies to
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p "$(LOCALBIN)"
+
+## Tool Binaries
+KUBECTL ?= kubectl
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+
+## Tool Versions
+KUSTOMIZE_VERSION ?= v5.8.1
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Build kustomize locally if necessary.
+$(KUSTOMIZE): $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen locally if necessary.
+$(CONTROLLER_GEN): $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for envtest from their Go modules (once; skipped when present).
 	@ENVTEST_K8S_VERSION=$(ENVTEST_K8S_VERSION) hack/envtest/build.sh "$(KUBEBUILDER_ASSETS)"
+
+# go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
+# $1 - target path with name of binary
+# $2 - package url which can be installed
+# $3 - specific version of package
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$(1)-$(3)" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Downloading $${package}" ;\
+rm -f "$(1)" ;\
+GOBIN="$(LOCALBIN)" go install $${package} ;\
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+} ;\
+ln -sf "$$(realpath "$(1)-$(3)")" "$(1)"
+endef

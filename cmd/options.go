@@ -53,12 +53,16 @@ func (f taintFlag) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Set accepts one taint or a comma-separated list, so a manifest can pass the whole set through
+// one environment variable, from the ConfigMap the admission policy reads too.
 func (f taintFlag) Set(v string) error {
-	s, err := controllers.ParseTaintSpec(v)
-	if err != nil {
-		return err
+	for _, item := range strings.Split(v, ",") {
+		s, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
+		if err != nil {
+			return err
+		}
+		*f.specs = append(*f.specs, s)
 	}
-	*f.specs = append(*f.specs, s)
 	return nil
 }
 
@@ -72,7 +76,7 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"),
 		"Name of the Node to untaint: the one this pod runs on. Defaults to the NODE_NAME environment variable.")
 	fs.Var(taintFlag{&o.taints}, "taint",
-		"Startup taint to remove, as KEY[:EFFECT]; repeatable. Values are not matched. "+
+		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
 			"Default with --csi-address: <driver name>/agent-not-ready.")
 	fs.StringVar(&o.csiAddress, "csi-address", "",
 		"Absolute path of the CSI driver's Unix socket (unix:// prefix allowed). The driver must answer Identity/Probe.")

@@ -30,14 +30,14 @@ func TestParseOptionsDefaults(t *testing.T) {
 
 func TestParseOptionsValues(t *testing.T) {
 	o, err := parseOptions([]string{
-		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute",
+		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}}
-	if o.nodeName != "node-b" || len(o.taints) != 2 || o.taints[0] != want[0] || o.taints[1] != want[1] ||
+	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
+	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
 		o.requireCSINode || o.probeInterval != 250*time.Millisecond {
 		t.Fatalf("unexpected options: %+v", o)
 	}
@@ -62,6 +62,7 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"empty taint", []string{csi, "--taint="}, node, "-taint"},
 		{"taint with value", []string{csi, "--taint=a.example.com/x=1:NoSchedule"}, node, "-taint"},
 		{"taint bad key", []string{csi, "--taint=not a key"}, node, "-taint"},
+		{"taint list with an empty item", []string{csi, "--taint=a.example.com/x,"}, node, "-taint"},
 		{"taint bad effect", []string{csi, "--taint=a.example.com/x:Never"}, node, "-taint"},
 		{"no taint without csi", []string{"--ready-url=http://127.0.0.1/healthz"}, node, "--taint"},
 		{"ftp url", []string{"--taint=a/b", "--ready-url=ftp://127.0.0.1/x"}, node, "--ready-url"},

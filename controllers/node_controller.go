@@ -58,8 +58,6 @@ const (
 //	err := (&controllers.NodeReconciler{NodeName: node, CSI: gate}).SetupWithManager(mgr)
 //
 // That manager's cache should hold only this node's objects; see CacheOptions.
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 type NodeReconciler struct {
 	// Client reads from the manager's cache and writes the patch. Set by SetupWithManager when nil.
 	Client client.Client
@@ -183,6 +181,10 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 	}
 	return nil
 }
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile removes the startup taints from the node when all readiness gates pass.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
