@@ -17,6 +17,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientfeatures "k8s.io/client-go/features"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,6 +56,10 @@ func run(args []string) int {
 		return exitBadInput
 	}
 
+	if err := disableWatchList(); err != nil {
+		fmt.Fprintf(os.Stderr, "startup-taint-remover: %v\n", err)
+		return exitFailure
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	logger := ctrl.Log.WithName("setup").WithValues("node", opts.nodeName)
 	if err := runManager(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
@@ -89,6 +95,23 @@ func loadConfig(flagPath, envPath string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// disableWatchList makes the informers list and then watch, instead of streaming the list over a
+// watch. The streaming path retries a refused connection in a loop of its own that reports no error
+// and sleeps through shutdown, so an outage could be neither logged nor left promptly on SIGTERM;
+// for a cache of one object it saves nothing.
+func disableWatchList() error {
+	gates, ok := clientfeatures.FeatureGates().(interface {
+		Set(clientfeatures.Feature, bool) error
+	})
+	if !ok {
+		return errors.New("client-go feature gates cannot be set")
+	}
+	if err := gates.Set(clientfeatures.WatchListClient, false); err != nil {
+		return fmt.Errorf("disabling %s: %w", clientfeatures.WatchListClient, err)
+	}
+	return nil
+}
+
 // restMapper knows the few kinds this controller touches, so the manager starts without API
 // discovery, which would fail, and keep failing, while the API server is unreachable.
 func restMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
@@ -119,10 +142,18 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), discovery: disco}
+	cacheOpts := controllers.CacheOptions(opts.nodeName)
+	cacheOpts.DefaultWatchErrorHandler = conn.watchError
+
 	shutdown := 2 * time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   controllers.CacheOptions(opts.nodeName),
+		Cache:                   cacheOpts,
 		MapperProvider:          restMapper,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  opts.probeAddr,

@@ -37,6 +37,9 @@ const DefaultProbeInterval = time.Second
 // MaxRetryInterval caps the backoff between retries of a failing removal.
 const MaxRetryInterval = 5 * time.Minute
 
+// cacheSyncTimeout is, in effect, forever; shutdown still cancels the wait.
+const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
+
 // conflictBackoff spaces the retries of a patch that lost a race with another writer; jitter
 // keeps two agents that conflict once from conflicting again in lockstep.
 var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 1}
@@ -135,6 +138,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.prober.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryInterval),
+			// A node agent waits for the API server however long it is away; giving up after the
+			// default two minutes would make the pod exit and crash-loop through an outage.
+			CacheSyncTimeout: cacheSyncTimeout,
 		})
 	if r.RequireCSINode {
 		// The CSINode shares its Node's name, so its events map to that Node's request.

@@ -45,7 +45,12 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(gexec.CleanupBuildArtifacts)
 
-	testEnv = &envtest.Environment{}
+	// A fixed certificate directory lets a spec restart the API server with the same serving
+	// certificate and port, as a real restart keeps them.
+	testEnv = &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: GinkgoT().TempDir()}}}
+	// Without a bound, the API server waits for open watches before it stops, longer than
+	// envtest waits for it.
+	testEnv.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	restConfig, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
 	DeferCleanup(testEnv.Stop)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// connectivity reports the loss and the return of the API server once each. Without it every
+// informer retry (up to every 30 s, per informer) logs the same error for as long as an outage lasts.
+type connectivity struct {
+	log       logr.Logger
+	discovery discovery.ServerVersionInterface
+
+	mu   sync.Mutex
+	down bool
+}
+
+// watchError is the cache's watch error handler.
+func (c *connectivity) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		// A watch that ended or expired: the informer relists, as usual; nothing to report.
+		toolscache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down {
+		return
+	}
+	c.down = true
+	c.log.Error(err, "cannot list or watch through the API server; retrying with backoff up to 30s")
+	go c.awaitRecovery(ctx)
+}
+
+// awaitRecovery asks the API server for its version, with capped backoff, until it answers.
+func (c *connectivity) awaitRecovery(ctx context.Context) {
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		_, err := c.discovery.ServerVersion()
+		return err == nil, nil
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	c.down = false
+	c.mu.Unlock()
+	c.log.Info("the API server answers again")
+}
