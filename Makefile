@@ -41,6 +41,20 @@ vet: ## Run go vet against code.
 test: fmt vet envtest ## Run the unit, envtest and end-to-end tests with the race detector.
 	go test -race ./... -coverprofile cover.out
 
+FUZZTIME ?= 1m
+.PHONY: fuzz
+fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make test runs their seed corpus).
+	go test ./controllers -run '^$$' -fuzz '^FuzzParseTaintSpec$$' -fuzztime $(FUZZTIME)
+	go test ./controllers -run '^$$' -fuzz '^FuzzWithoutTaints$$' -fuzztime $(FUZZTIME)
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint.
+	"$(GOLANGCI_LINT)" run
+
+.PHONY: lint-fix
+lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
+	"$(GOLANGCI_LINT)" run --fix
+
 .PHONY: demo
 demo: envtest build ## Run the binary against a local control plane and a demo CSI driver.
 	go run ./test/demo --binary=bin/startup-taint-remover
@@ -87,15 +101,22 @@ $(LOCALBIN):
 KUBECTL ?= kubectl
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 
 ## Tool Versions
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
 
 .PHONY: kustomize
 kustomize: $(KUSTOMIZE) ## Build kustomize locally if necessary.
 $(KUSTOMIZE): $(LOCALBIN)
 	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint locally if necessary.
+$(GOLANGCI_LINT): $(LOCALBIN)
+	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
 
 .PHONY: controller-gen
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen locally if necessary.

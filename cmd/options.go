@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +128,21 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	return o, nil
 }
 
+// validateBindAddress accepts "0" (off) or HOST:PORT with a port from 0 to 65535.
+func validateBindAddress(addr string) error {
+	if addr == "0" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT or 0", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	return nil
+}
+
 func (o *options) validate(explicit map[string]bool) error {
 	o.csiAddress = strings.TrimPrefix(o.csiAddress, "unix://")
 	switch {
@@ -149,6 +167,16 @@ func (o *options) validate(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
 	case (o.metricsCert == "" || o.metricsKey == "") && o.metricsCertDir != "":
 		return errors.New("--metrics-cert-name and --metrics-cert-key: must not be empty with --metrics-cert-path")
+	}
+	for name, addr := range map[string]string{"--metrics-bind-address": o.metricsAddr, "--health-probe-bind-address": o.probeAddr} {
+		if err := validateBindAddress(addr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if o.metricsCertDir != "" {
+		if info, err := os.Stat(o.metricsCertDir); err != nil || !info.IsDir() {
+			return fmt.Errorf("--metrics-cert-path: %q is not a directory", o.metricsCertDir)
+		}
 	}
 	if o.readyURL != "" {
 		u, err := url.Parse(o.readyURL)

@@ -78,6 +78,12 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},
 		{"positional argument", []string{csi, "extra"}, node, "unexpected argument"},
 		{"cert names empty", []string{csi, "--metrics-cert-path=/certs", "--metrics-cert-name="}, node, "--metrics-cert-name"},
+		{"cert path missing", []string{csi, "--metrics-cert-path=/does/not/exist"}, node, "--metrics-cert-path"},
+		{"metrics address malformed", []string{csi, "--metrics-bind-address=8443"}, node, "--metrics-bind-address"},
+		{"metrics port out of range", []string{csi, "--metrics-bind-address=:70000"}, node, "--metrics-bind-address"},
+		{"health address empty", []string{csi, "--health-probe-bind-address="}, node, "--health-probe-bind-address"},
+		{"health port not a number", []string{csi, "--health-probe-bind-address=:http"}, node, "--health-probe-bind-address"},
+		{"log level unknown", []string{csi, "--zap-log-level=loud"}, node, "-zap-log-level"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -126,7 +127,15 @@ func csiGate(path string) *controllers.CSIGate {
 
 // startManager runs r in its own manager, whose cache holds only r's node, until the spec ends.
 func startManager(r *controllers.NodeReconciler) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	GinkgoHelper()
+	startManagerAs(cfg, logf.Log, r)
+}
+
+// startManagerAs runs r like startManager, talking to the API server through restCfg and
+// logging to logger.
+func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.NodeReconciler) {
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Logger:                 logger,
 		Scheme:                 scheme.Scheme,
 		Cache:                  controllers.CacheOptions(r.NodeName),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -91,23 +91,56 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 `, apiserver.URL)), 0o600)).To(Succeed())
 
-		good := []string{"--kubeconfig=" + countingKubeconfig, "--node-name=n1", "--metrics-bind-address=0", "--health-probe-bind-address=0"}
+		garbage := filepath.Join(GinkgoT().TempDir(), "garbage")
+		Expect(os.WriteFile(garbage, []byte("{ this is not a kubeconfig"), 0o600)).To(Succeed())
+		base := []string{"--kubeconfig=" + countingKubeconfig, "--node-name=n1", "--csi-address=/csi.sock",
+			"--metrics-bind-address=0", "--health-probe-bind-address=0"}
+		// Every flag with each class of bad value that applies to it: empty, malformed, out of
+		// range, wrong type; then an unknown flag and a positional argument. Later flags win.
 		for _, tc := range []struct {
 			args []string
-			flag string
+			want string
 		}{
+			{[]string{"--node-name="}, "--node-name"},
+			{[]string{"--node-name=Not_A_Node"}, "--node-name"},
+			{[]string{"--taint="}, "-taint"},
+			{[]string{"--taint=not a key"}, "-taint"},
+			{[]string{"--taint=a.example.com/x:Sometimes"}, "-taint"},
+			{[]string{"--taint=a.example.com/x=v"}, "-taint"},
+			{[]string{"--csi-address=", "--taint=a/b"}, "no readiness gate"},
 			{[]string{"--csi-address=relative.sock"}, "--csi-address"},
-			{[]string{"--csi-address=/csi.sock", "--taint=bad key"}, "-taint"},
-			{[]string{"--csi-address=/csi.sock", "--probe-interval=0s"}, "--probe-interval"},
-			{[]string{"--taint=a/b", "--ready-url=file:///etc/passwd"}, "--ready-url"},
-			{[]string{"--taint=a/b"}, "no readiness gate"},
-			{[]string{"--csi-address=/csi.sock", "--node-name="}, "--node-name"},
-			{[]string{"--csi-address=/csi.sock", "--bogus"}, "-bogus"},
+			{[]string{"--require-csinode=perhaps"}, "-require-csinode"},
+			{[]string{"--require-allocatable=1x"}, "-require-allocatable"},
+			{[]string{"--require-csinode=false", "--require-allocatable"}, "--require-allocatable"},
+			{[]string{"--csi-address=", "--taint=a/b", "--ready-url="}, "no readiness gate"},
+			{[]string{"--ready-url=file:///etc/passwd"}, "--ready-url"},
+			{[]string{"--ready-url=http://[::1"}, "--ready-url"},
+			{[]string{"--probe-interval="}, "-probe-interval"},
+			{[]string{"--probe-interval=fast"}, "-probe-interval"},
+			{[]string{"--probe-interval=0s"}, "--probe-interval"},
+			{[]string{"--probe-interval=-1s"}, "--probe-interval"},
+			{[]string{"--probe-timeout=0"}, "--probe-timeout"},
+			{[]string{"--probe-timeout=soon"}, "-probe-timeout"},
+			{[]string{"--metrics-bind-address="}, "--metrics-bind-address"},
+			{[]string{"--metrics-bind-address=8443"}, "--metrics-bind-address"},
+			{[]string{"--metrics-bind-address=:99999"}, "--metrics-bind-address"},
+			{[]string{"--metrics-secure=maybe"}, "-metrics-secure"},
+			{[]string{"--enable-http2=2"}, "-enable-http2"},
+			{[]string{"--metrics-cert-path=/does/not/exist"}, "--metrics-cert-path"},
+			{[]string{"--metrics-cert-path=/", "--metrics-cert-key="}, "--metrics-cert-key"},
+			{[]string{"--health-probe-bind-address=localhost"}, "--health-probe-bind-address"},
+			{[]string{"--health-probe-bind-address=:-1"}, "--health-probe-bind-address"},
+			{[]string{"--kubeconfig=/does/not/exist"}, "--kubeconfig"},
+			{[]string{"--kubeconfig=" + garbage}, "--kubeconfig"},
+			{[]string{"--zap-log-level=loud"}, "-zap-log-level"},
+			{[]string{"--zap-encoder=xml"}, "-zap-encoder"},
+			{[]string{"--bogus"}, "-bogus"},
+			{[]string{"extra-argument"}, "unexpected argument"},
 		} {
-			code, stderr := runToExit(nil, append(good, tc.args...)...)
+			code, stderr := runToExit(nil, append(append([]string{}, base...), tc.args...)...)
 			Expect(code).To(Equal(2), "args %v: stderr %q", tc.args, stderr)
 			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "args %v", tc.args)
-			Expect(stderr).To(ContainSubstring(tc.flag))
+			Expect(stderr).To(ContainSubstring(tc.want), "args %v", tc.args)
 		}
 		Expect(requests.Load()).To(BeZero())
 	})

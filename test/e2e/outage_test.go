@@ -203,4 +203,3 @@ var _ = Describe("API server outages", Serial, func() {
 		AddReportEntry("removal after API server restart", time.Since(back).Round(time.Millisecond).String())
 	})
 })
-
