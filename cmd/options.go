@@ -112,7 +112,7 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(usage)
-			fmt.Fprintln(usage, "Usage: startup-taint-remover [flags]")
+			_, _ = fmt.Fprintln(usage, "Usage: startup-taint-remover [flags]")
 			fs.PrintDefaults()
 		}
 		return nil, err
@@ -145,12 +145,21 @@ func validateBindAddress(addr string) error {
 
 func (o *options) validate(explicit map[string]bool) error {
 	o.csiAddress = strings.TrimPrefix(o.csiAddress, "unix://")
-	switch {
-	case o.nodeName == "":
+	if o.nodeName == "" {
 		return errors.New("--node-name: empty; set it or the NODE_NAME environment variable (downward API spec.nodeName)")
-	case len(validation.IsDNS1123Subdomain(o.nodeName)) > 0:
-		return fmt.Errorf("--node-name: %q is not a valid node name: %s",
-			o.nodeName, strings.Join(validation.IsDNS1123Subdomain(o.nodeName), "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name: %q is not a valid node name: %s", o.nodeName, strings.Join(errs, "; "))
+	}
+	if err := o.validateGates(explicit); err != nil {
+		return err
+	}
+	return o.validateServing()
+}
+
+// validateGates checks the readiness gates and the taints they guard.
+func (o *options) validateGates(explicit map[string]bool) error {
+	switch {
 	case o.csiAddress == "" && o.readyURL == "":
 		return errors.New("no readiness gate: set --csi-address or --ready-url")
 	case o.csiAddress != "" && !filepath.IsAbs(o.csiAddress):
@@ -165,18 +174,6 @@ func (o *options) validate(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
-	case (o.metricsCert == "" || o.metricsKey == "") && o.metricsCertDir != "":
-		return errors.New("--metrics-cert-name and --metrics-cert-key: must not be empty with --metrics-cert-path")
-	}
-	for name, addr := range map[string]string{"--metrics-bind-address": o.metricsAddr, "--health-probe-bind-address": o.probeAddr} {
-		if err := validateBindAddress(addr); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	if o.metricsCertDir != "" {
-		if info, err := os.Stat(o.metricsCertDir); err != nil || !info.IsDir() {
-			return fmt.Errorf("--metrics-cert-path: %q is not a directory", o.metricsCertDir)
-		}
 	}
 	if o.readyURL != "" {
 		u, err := url.Parse(o.readyURL)
@@ -189,6 +186,27 @@ func (o *options) validate(explicit map[string]bool) error {
 	}
 	if o.csiAddress == "" {
 		o.requireCSINode = false
+	}
+	return nil
+}
+
+// validateServing checks the metrics and health endpoints' settings.
+func (o *options) validateServing() error {
+	for _, f := range []struct{ name, addr string }{
+		{"--metrics-bind-address", o.metricsAddr}, {"--health-probe-bind-address", o.probeAddr},
+	} {
+		if err := validateBindAddress(f.addr); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if o.metricsCertDir == "" {
+		return nil
+	}
+	if o.metricsCert == "" || o.metricsKey == "" {
+		return errors.New("--metrics-cert-name and --metrics-cert-key: must not be empty with --metrics-cert-path")
+	}
+	if info, err := os.Stat(o.metricsCertDir); err != nil || !info.IsDir() {
+		return fmt.Errorf("--metrics-cert-path: %q is not a directory", o.metricsCertDir)
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ const DefaultProbeInterval = time.Second
 // MaxRetryInterval caps the backoff between retries of a failing removal.
 const MaxRetryInterval = 5 * time.Minute
 
+// gateCSINode names the CSINode registration gate in logs, events and metrics.
+const gateCSINode = "csinode"
+
 // cacheSyncTimeout is, in effect, forever; shutdown still cancels the wait.
 const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
 
@@ -306,17 +309,17 @@ func (r *NodeReconciler) notReady(ctx context.Context, now time.Time) (*gateErro
 	if reason != st.csinodeReason {
 		// Logged on change only, like the local gates' results in the prober.
 		if csiNodeErr == nil {
-			log.FromContext(ctx).Info("readiness gate passes", "gate", "csinode")
+			log.FromContext(ctx).Info("readiness gate passes", "gate", gateCSINode)
 		} else {
-			log.FromContext(ctx).Info("readiness gate does not pass", "gate", "csinode", "reason", reason, "detail", csiNodeErr.err.Error())
+			log.FromContext(ctx).Info("readiness gate does not pass", "gate", gateCSINode, "reason", reason, "detail", csiNodeErr.err.Error())
 		}
 		st.csinodeReason = reason
 	}
 	if csiNodeErr != nil {
-		metrics.GateReady.WithLabelValues("csinode").Set(0)
+		metrics.GateReady.WithLabelValues(gateCSINode).Set(0)
 		st.csinodeSince = time.Time{}
 	} else {
-		metrics.GateReady.WithLabelValues("csinode").Set(1)
+		metrics.GateReady.WithLabelValues(gateCSINode).Set(1)
 		if st.csinodeSince.IsZero() {
 			st.csinodeSince = now
 		}
@@ -334,26 +337,27 @@ func (r *NodeReconciler) notReady(ctx context.Context, now time.Time) (*gateErro
 func (r *NodeReconciler) csiNodeRegistered(ctx context.Context) *gateError {
 	driver := r.CSI.DriverName()
 	if driver == "" {
-		return &gateError{gate: "csinode", reason: reasonNotProbed, err: errors.New("the CSI driver has not told its name yet")}
+		return &gateError{gate: gateCSINode, reason: reasonNotProbed, err: errors.New("the CSI driver has not told its name yet")}
 	}
 	csiNode := &storagev1.CSINode{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, csiNode); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &gateError{gate: "csinode", reason: reasonNotRegistered, err: fmt.Errorf("CSINode %s does not exist yet", r.NodeName)}
+			return &gateError{gate: gateCSINode, reason: reasonNotRegistered, err: fmt.Errorf("CSINode %s does not exist yet", r.NodeName)}
 		}
-		return &gateError{gate: "csinode", reason: reasonError, err: fmt.Errorf("reading CSINode %s: %w", r.NodeName, err)}
+		return &gateError{gate: gateCSINode, reason: reasonError, err: fmt.Errorf("reading CSINode %s: %w", r.NodeName, err)}
 	}
 	for _, d := range csiNode.Spec.Drivers {
 		if d.Name != driver {
 			continue
 		}
 		if r.RequireAllocatable && (d.Allocatable == nil || d.Allocatable.Count == nil) {
-			return &gateError{gate: "csinode", reason: reasonNoAllocatable,
+			return &gateError{gate: gateCSINode, reason: reasonNoAllocatable,
 				err: fmt.Errorf("CSINode %s: driver %s has no allocatable count yet", r.NodeName, driver)}
 		}
 		return nil
 	}
-	return &gateError{gate: "csinode", reason: reasonNotRegistered, err: fmt.Errorf("CSINode %s does not list driver %s yet", r.NodeName, driver)}
+	return &gateError{gate: gateCSINode, reason: reasonNotRegistered,
+		err: fmt.Errorf("CSINode %s does not list driver %s yet", r.NodeName, driver)}
 }
 
 // waiting reports a gate that holds the taint with an event, the first time each gate and reason

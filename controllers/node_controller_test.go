@@ -273,7 +273,7 @@ var _ = Describe("NodeReconciler", func() {
 			}
 			Expect(want).NotTo(BeEmpty())
 			Eventually(func(g Gomega) {
-				var keys []string
+				keys := make([]string, 0, len(writerState))
 				for _, t := range nodeTaints(g, ctx, nodeName) {
 					keys = append(keys, t.Key)
 				}

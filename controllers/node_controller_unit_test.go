@@ -178,7 +178,7 @@ func TestForbiddenBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
 	}).Build()
 	r := newTestReconciler(t, c)
 	recorder := r.Recorder.(*events.FakeRecorder)
-	var delays []time.Duration
+	delays := make([]time.Duration, 0, 12)
 	for range 12 {
 		res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
 		if err != nil {

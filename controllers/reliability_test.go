@@ -222,7 +222,7 @@ var _ = Describe("Reliability", func() {
 				}
 			}
 		}).Should(Succeed())
-		fmt.Fprintf(GinkgoWriter, "race: %d writes by %d writers (%d conflicts retried), startup taint re-added %d times, removed by 2 agents; nothing lost\n",
+		GinkgoWriter.Printf("race: %d writes by %d writers (%d conflicts retried), startup taint re-added %d times, removed by 2 agents; nothing lost\n",
 			writes.Load(), writers, conflicts.Load(), readded.Load())
 		AddReportEntry("race", fmt.Sprintf("%d writes, %d conflicts, %d re-adds", writes.Load(), conflicts.Load(), readded.Load()))
 	})

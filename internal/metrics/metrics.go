@@ -19,6 +19,12 @@ const (
 	ResultError     = "error"
 )
 
+// Label names shared by several metrics.
+const (
+	labelTaint = "taint"
+	labelGate  = "gate"
+)
+
 // version is set at build time with -ldflags -X.
 var version = "dev"
 
@@ -27,19 +33,19 @@ var (
 	Present = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_present",
 		Help: "1 while the configured startup taint is on this node, 0 once it is gone.",
-	}, []string{"taint"})
+	}, []string{labelTaint})
 
 	// Removals counts removal attempts by result.
 	Removals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_removals_total",
 		Help: "Attempts to remove a startup taint, by result (removed, conflict, forbidden, error).",
-	}, []string{"taint", "result"})
+	}, []string{labelTaint, "result"})
 
 	// Readded counts taints that came back after this pod had removed them.
 	Readded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_readded_total",
 		Help: "Times a startup taint came back after this pod had removed it.",
-	}, []string{"taint"})
+	}, []string{labelTaint})
 
 	// RemovalSeconds is the time from the Node's creation to the first removal of its taints.
 	RemovalSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -59,20 +65,20 @@ var (
 	GateReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_gate_ready",
 		Help: "1 while the readiness gate (csi, csinode, http) passes, 0 while it does not.",
-	}, []string{"gate"})
+	}, []string{labelGate})
 
 	// ProbeDuration is how long each local probe took.
 	ProbeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "startup_taint_probe_duration_seconds",
 		Help:    "Seconds one probe of a local readiness gate took.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
-	}, []string{"gate"})
+	}, []string{labelGate})
 
 	// ProbeErrors counts failed probes by gate and reason class.
 	ProbeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_probe_errors_total",
 		Help: "Failed probes of a local readiness gate, by reason class.",
-	}, []string{"gate", "reason"})
+	}, []string{labelGate, "reason"})
 
 	// BuildInfo carries the build's version, revision and Go version as labels.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -51,7 +51,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		taints := func(g Gomega) []string {
 			got := &corev1.Node{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), got)).To(Succeed())
-			var keys []string
+			keys := make([]string, 0, len(got.Spec.Taints))
 			for _, t := range got.Spec.Taints {
 				keys = append(keys, t.Key)
 			}

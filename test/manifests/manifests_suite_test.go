@@ -56,7 +56,7 @@ func render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
 	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	Expect(err).NotTo(HaveOccurred())
-	var out []*unstructured.Unstructured
+	out := make([]*unstructured.Unstructured, 0, len(resMap.Resources()))
 	for _, res := range resMap.Resources() {
 		data, err := res.AsYAML()
 		Expect(err).NotTo(HaveOccurred())

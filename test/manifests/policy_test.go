@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,9 +32,12 @@ func renderedAgent() agent {
 	GinkgoHelper()
 	sa := find("ServiceAccount", "controller")
 	params := find("ConfigMap", "params")
-	taints, _, _ := unstructuredString(params.Object, "data", "taints")
-	var specs []controllers.TaintSpec
-	for _, t := range strings.Split(taints, ",") {
+	taints, found, err := unstructured.NestedString(params.Object, "data", "taints")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(found).To(BeTrue(), "the params ConfigMap has data.taints")
+	items := strings.Split(taints, ",")
+	specs := make([]controllers.TaintSpec, 0, len(items))
+	for _, t := range items {
 		spec, err := controllers.ParseTaintSpec(t)
 		Expect(err).NotTo(HaveOccurred())
 		specs = append(specs, spec)
@@ -44,19 +48,6 @@ func renderedAgent() agent {
 		groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		taints: specs,
 	}
-}
-
-func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
-	cur := any(obj)
-	for _, f := range fields {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return "", false, nil
-		}
-		cur = m[f]
-	}
-	s, ok := cur.(string)
-	return s, ok, nil
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
