@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// auditLog has the API server log every request at the Metadata level, so the benchmark can
+// count the requests each agent made, by user and verb, without touching the agent.
+type auditLog struct {
+	policyPath, logPath string
+}
+
+func newAuditLog(dir string) (*auditLog, error) {
+	a := &auditLog{policyPath: filepath.Join(dir, "audit-policy.yaml"), logPath: filepath.Join(dir, "audit.log")}
+	policy := `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+	return a, os.WriteFile(a.policyPath, []byte(policy), 0o600)
+}
+
+// counts returns, for user, how many requests of each verb the API server has logged. A request
+// (a watch spans two stages) is counted once.
+func (a *auditLog) counts(user string) (map[string]int, error) {
+	f, err := os.Open(a.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	seen := map[string]bool{}
+	out := map[string]int{}
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<24)
+	for s.Scan() {
+		var ev struct {
+			AuditID string `json:"auditID"`
+			Verb    string `json:"verb"`
+			User    struct {
+				Username string `json:"username"`
+			} `json:"user"`
+		}
+		if err := json.Unmarshal(s.Bytes(), &ev); err != nil || ev.User.Username != user || seen[ev.AuditID] {
+			continue
+		}
+		seen[ev.AuditID] = true
+		out[ev.Verb]++
+	}
+	return out, s.Err()
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+type fleetResult struct {
+	agents       int
+	untainted    int
+	elapsed      time.Duration
+	requests     map[string]int64
+	patchLatency []time.Duration
+}
+
+// counter counts the requests of every agent by verb, and times the patches.
+type counter struct {
+	mu      sync.Mutex
+	byVerb  map[string]int64
+	patches []time.Duration
+}
+
+func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		verb := strings.ToLower(req.Method)
+		switch {
+		case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
+			verb = "watch"
+		case req.Method == http.MethodGet && !strings.Contains(strings.TrimPrefix(req.URL.Path, "/api/v1/nodes"), "/") &&
+			(strings.HasSuffix(req.URL.Path, "/nodes") || strings.HasSuffix(req.URL.Path, "/csinodes")):
+			verb = "list"
+		}
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		c.mu.Lock()
+		c.byVerb[verb]++
+		if verb == "patch" {
+			c.patches = append(c.patches, time.Since(start))
+		}
+		c.mu.Unlock()
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) {
+	res := fleetResult{agents: agents}
+	driver, err := fakecsi.Start(filepath.Join(e.work, "fleet.sock"), driverName, fakecsi.Ready)
+	if err != nil {
+		return res, err
+	}
+	defer driver.Stop()
+
+	start := time.Now()
+	names := make([]string, agents)
+	errs := make(chan error, agents)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range agents {
+		names[i] = fmt.Sprintf("fleet-%04d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			node, status := realisticNode(names[i])
+			node.Labels["bench.example.com/fleet"] = "true"
+			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
+			if err := e.c.Create(ctx, node); err != nil {
+				errs <- err
+				return
+			}
+			node.Status = status
+			if err := e.c.Status().Update(ctx, node); err != nil {
+				errs <- err
+				return
+			}
+			if err := registerCSINode(ctx, e.c, names[i]); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	logf("  %d tainted Nodes and their CSINodes created in %s", agents, time.Since(start).Round(time.Second))
+
+	w, err := e.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labels.Set{"bench.example.com/fleet": "true"}.String()})
+	if err != nil {
+		return res, err
+	}
+	defer w.Stop()
+
+	cnt := &counter{byVerb: map[string]int64{}}
+	fleetCtx, cancel := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	defer func() { cancel(); running.Wait() }()
+	var failed atomic.Int64
+	start = time.Now()
+	for _, name := range names {
+		// Each agent has a client of its own, with its own connections, as a pod would.
+		cfg := rest.CopyConfig(e.cfg)
+		cfg.QPS, cfg.Burst = 0, 0
+		cfg.WrapTransport = cnt.wrap
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+			Scheme: scheme.Scheme, Cache: controllers.CacheOptions(name),
+			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		})
+		if err != nil {
+			return res, err
+		}
+		gate, err := controllers.NewCSIGate(driver.Path(), 3*time.Second)
+		if err != nil {
+			return res, err
+		}
+		defer func() { _ = gate.Close() }()
+		if err := (&controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true}).SetupWithManager(mgr); err != nil {
+			return res, err
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			if err := mgr.Start(fleetCtx); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+
+	tainted := map[string]bool{}
+	for _, n := range names {
+		tainted[n] = true
+	}
+	deadline := time.After(3 * time.Minute)
+	for len(tainted) > 0 {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Modified {
+				continue
+			}
+			node, ok := ev.Object.(*corev1.Node)
+			if ok && len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) == 0 {
+				delete(tainted, node.Name)
+			}
+		case <-deadline:
+			res.elapsed = time.Since(start)
+			res.untainted = agents - len(tainted)
+			return res, fmt.Errorf("%d of %d Nodes still tainted after %s", len(tainted), agents, res.elapsed)
+		}
+	}
+	res.elapsed = time.Since(start)
+	res.untainted = agents
+	time.Sleep(2 * time.Second) // let the event writes land in the count
+	cnt.mu.Lock()
+	res.requests = cnt.byVerb
+	res.patchLatency = slices.Clone(cnt.patches)
+	cnt.mu.Unlock()
+	if n := failed.Load(); n > 0 {
+		return res, fmt.Errorf("%d managers failed", n)
+	}
+	logf("  all %d untainted in %s", agents, res.elapsed.Round(time.Millisecond))
+	return res, nil
+}

@@ -1,0 +1,186 @@
+// Command bench measures startup-taint-remover against an envtest control plane and writes the
+// results, with a chart, to docs/bench. `make bench` runs it. It measures:
+//
+//  1. reaction time: driver ready, CSINode registration and a re-added taint, each to the taint's
+//     removal, with the real reconciler, cache and patch path;
+//  2. memory and API requests of the real binary as a separate process, against clusters of
+//     100, 1,000 and 5,000 realistic Nodes, side by side with a baseline agent that caches every
+//     Node (the cluster-wide design), at start and over an idle period;
+//  3. a fleet start: 1,000 agents, each with its own client and own-node cache, untainting 1,000
+//     Nodes at once.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+type benchConfig struct {
+	binary, baseline, out string
+	trials, repeats       int
+	sizes                 []int
+	idle                  time.Duration
+	fleet                 int
+}
+
+// env is the control plane every measurement shares.
+type env struct {
+	testEnv *envtest.Environment
+	cfg     *rest.Config
+	c       client.Client
+	cs      kubernetes.Interface
+	audit   *auditLog
+	work    string
+}
+
+func main() {
+	var c benchConfig
+	var sizes string
+	flag.StringVar(&c.binary, "binary", "bin/startup-taint-remover", "the startup-taint-remover binary")
+	flag.StringVar(&c.baseline, "baseline", "bin/bench-baseline", "the cluster-wide baseline agent")
+	flag.StringVar(&c.out, "out", "docs/bench", "where to write results.md and memory.png")
+	flag.IntVar(&c.trials, "trials", 200, "trials per reaction-time scenario")
+	flag.IntVar(&c.repeats, "repeats", 3, "process starts per memory measurement; the median is reported")
+	flag.StringVar(&sizes, "sizes", "100,1000,5000", "cluster sizes (Node objects) for the memory runs")
+	flag.DurationVar(&c.idle, "idle", 5*time.Minute, "idle period over which periodic requests are counted")
+	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
+	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		var n int
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: --sizes: %q is not a positive number\n", s)
+			os.Exit(2)
+		}
+		c.sizes = append(c.sizes, n)
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(c benchConfig) error {
+	// The agents run in this process are stopped mid-request between scenarios; their errors
+	// then are expected noise.
+	ctrl.SetLogger(logr.Discard())
+	ctx, cancel := context.WithTimeout(context.Background(), 19*time.Minute)
+	defer cancel()
+	start := time.Now()
+
+	e, err := startEnv()
+	if err != nil {
+		return err
+	}
+	defer e.stop()
+
+	rep := &report{machine: machine(), config: c}
+	logf("reaction time: %d trials per scenario", c.trials)
+	if rep.reaction, err = measureReaction(ctx, e, c.trials); err != nil {
+		return fmt.Errorf("reaction time: %w", err)
+	}
+	logf("memory and API requests at %v Nodes, %d starts each", c.sizes, c.repeats)
+	if rep.memory, rep.idle, err = measureMemory(ctx, e, c); err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+	logf("fleet start: %d agents", c.fleet)
+	if rep.fleet, err = measureFleet(ctx, e, c.fleet); err != nil {
+		return fmt.Errorf("fleet start: %w", err)
+	}
+	rep.elapsed = time.Since(start)
+
+	md := rep.markdown()
+	fmt.Println(md)
+	if err := os.MkdirAll(c.out, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	return writeChart(filepath.Join(c.out, "memory.png"), rep)
+}
+
+func startEnv() (*env, error) {
+	work, err := os.MkdirTemp("", "startup-taint-bench-")
+	if err != nil {
+		return nil, err
+	}
+	audit, err := newAuditLog(work)
+	if err != nil {
+		return nil, err
+	}
+	te := &envtest.Environment{}
+	api := te.ControlPlane.GetAPIServer().Configure()
+	api.Set("audit-policy-file", audit.policyPath)
+	api.Set("audit-log-path", audit.logPath)
+	api.Set("audit-log-maxsize", "2048")
+	// The fleet start opens thousands of connections and requests at once.
+	api.Set("max-requests-inflight", "3000")
+	api.Set("max-mutating-requests-inflight", "1000")
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest (run `make envtest`, or set KUBEBUILDER_ASSETS): %w", err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &env{testEnv: te, cfg: cfg, c: c, cs: cs, audit: audit, work: work}, nil
+}
+
+func (e *env) stop() {
+	_ = e.testEnv.Stop()
+	_ = os.RemoveAll(e.work)
+}
+
+// kubeconfigFor writes a kubeconfig for a user of its own, so the audit log tells its requests apart.
+func (e *env) kubeconfigFor(user string) (string, error) {
+	u, err := e.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(e.work, user+".kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// machine describes where the numbers were taken.
+func machine() string {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if _, v, ok := strings.Cut(line, ":"); ok {
+					model = strings.TrimSpace(v)
+				}
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %s %s/%s", runtime.NumCPU(), model, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+const driverName = "bench.csi.example.com"
+
+var startupTaint = corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+
+// reactionResult is one scenario's latencies.
+type reactionResult struct {
+	name, target string
+	limit        time.Duration
+	samples      []time.Duration
+}
+
+func (r reactionResult) percentile(p float64) time.Duration {
+	s := slices.Clone(r.samples)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// lane is one node with its own driver, agent and watch, so trials can run side by side.
+type lane struct {
+	e        *env
+	name     string
+	driver   *fakecsi.Driver
+	interval time.Duration
+	events   <-chan watch.Event
+	stop     func()
+}
+
+func newLane(ctx context.Context, e *env, name string, interval time.Duration, registered bool) (*lane, error) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.c.Create(ctx, node); err != nil {
+		return nil, err
+	}
+	if registered {
+		if err := registerCSINode(ctx, e.c, name); err != nil {
+			return nil, err
+		}
+	}
+	driver, err := fakecsi.Start(filepath.Join(e.work, name+".sock"), driverName, fakecsi.Ready)
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return nil, err
+	}
+	gate, err := controllers.NewCSIGate(driver.Path(), 3*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(e.cfg, ctrl.Options{
+		Scheme: scheme.Scheme, Cache: controllers.CacheOptions(name),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(mctx) }()
+	return &lane{e: e, name: name, driver: driver, interval: interval, events: w.ResultChan(), stop: func() {
+		cancel()
+		<-done
+		w.Stop()
+		_ = gate.Close()
+		driver.Stop()
+	}}, nil
+}
+
+func registerCSINode(ctx context.Context, c client.Client, name string) error {
+	return c.Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: name}}},
+	})
+}
+
+// setTaint adds or removes the startup taint as another writer would.
+func (l *lane) setTaint(ctx context.Context, present bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
+			return err
+		}
+		orig := node.DeepCopy()
+		node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})
+		if present {
+			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
+		}
+		return l.e.c.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	})
+}
+
+// waitTaint waits for the watch to show the node with (or without) the startup taint and
+// returns when that event arrived.
+func (l *lane) waitTaint(ctx context.Context, present bool, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-l.events:
+			if !ok {
+				return time.Time{}, errors.New("watch closed")
+			}
+			node, isNode := ev.Object.(*corev1.Node)
+			if !isNode {
+				continue
+			}
+			has := len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) > 0
+			if has == present {
+				return time.Now(), nil
+			}
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("node %s: taint present=%v not seen within %s", l.name, present, timeout)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// drain discards the events already delivered.
+func (l *lane) drain() {
+	for {
+		select {
+		case <-l.events:
+		default:
+			return
+		}
+	}
+}
+
+// waitProbes waits until the driver has answered n more probes, so the agent has seen its state.
+func (l *lane) waitProbes(ctx context.Context, n int64) error {
+	target := l.driver.Probes() + n
+	for l.driver.Probes() < target {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// trialFunc prepares one trial on a lane, then returns the moment of the trigger.
+type trialFunc func(ctx context.Context, l *lane) (time.Time, error)
+
+func probeTrial(ctx context.Context, l *lane) (time.Time, error) {
+	l.driver.SetReadiness(fakecsi.NotReady)
+	if err := l.waitProbes(ctx, 2); err != nil {
+		return time.Time{}, err
+	}
+	if err := l.setTaint(ctx, true); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := l.waitTaint(ctx, true, 30*time.Second); err != nil {
+		return time.Time{}, err
+	}
+	l.drain()
+	// Flip at a random phase of the probe interval, as a real driver becomes ready whenever it does.
+	time.Sleep(rand.N(l.interval))
+	t0 := time.Now()
+	l.driver.SetReadiness(fakecsi.Ready)
+	return t0, nil
+}
+
+func csinodeTrial(ctx context.Context, l *lane) (time.Time, error) {
+	if err := l.e.c.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: l.name}}); client.IgnoreNotFound(err) != nil {
+		return time.Time{}, err
+	}
+	// The agent must have seen the CSINode go before the taint comes back, or it removes the
+	// taint at once: re-add it until it stays.
+	for {
+		if err := l.setTaint(ctx, true); err != nil {
+			return time.Time{}, err
+		}
+		if _, err := l.waitTaint(ctx, false, 300*time.Millisecond); err != nil {
+			break // held for 300 ms: the agent knows the driver is unregistered
+		}
+	}
+	l.drain()
+	t0 := time.Now()
+	err := registerCSINode(ctx, l.e.c, l.name)
+	if apierrors.IsAlreadyExists(err) {
+		err = nil
+	}
+	return t0, err
+}
+
+func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
+	// Re-adds are rare events; spacing the trials keeps them independent of each other.
+	time.Sleep(50*time.Millisecond + rand.N(50*time.Millisecond))
+	l.drain()
+	t0 := time.Now()
+	if err := l.setTaint(ctx, true); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := l.waitTaint(ctx, true, 30*time.Second); err != nil {
+		return time.Time{}, err
+	}
+	return t0, nil
+}
+
+// runScenario runs trials spread over lanes side by side and returns the latencies.
+func runScenario(ctx context.Context, e *env, name string, lanes, trials int, interval time.Duration, registered bool, trial trialFunc) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var samples []time.Duration
+	errs := make(chan error, lanes)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		l, err := newLane(ctx, e, fmt.Sprintf("react-%s-%d", name, i), interval, registered)
+		if err != nil {
+			return nil, err
+		}
+		defer l.stop()
+		// Let the agent start and remove nothing: the node has no taint yet.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range trials / lanes {
+				t0, err := trial(ctx, l)
+				if err != nil {
+					errs <- err
+					return
+				}
+				gone, err := l.waitTaint(ctx, false, 30*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				samples = append(samples, gone.Sub(t0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return samples, <-errs
+}
+
+func measureReaction(ctx context.Context, e *env, trials int) ([]reactionResult, error) {
+	const lanes = 4
+	scenarios := []struct {
+		name, label, target string
+		interval, limit     time.Duration
+		registered          bool
+		trial               trialFunc
+	}{
+		{"probe1s", "driver ready (Probe) to taint removed, --probe-interval=1s", "p99 < interval + 100 ms", time.Second, 1100 * time.Millisecond, true, probeTrial},
+		{"probe100ms", "driver ready (Probe) to taint removed, --probe-interval=100ms", "p99 < interval + 100 ms", 100 * time.Millisecond, 200 * time.Millisecond, true, probeTrial},
+		{"csinode", "CSINode registration to taint removed", "p99 < 100 ms", time.Second, 100 * time.Millisecond, false, csinodeTrial},
+		{"readd", "taint re-added to taint removed", "p99 < 100 ms", time.Second, 100 * time.Millisecond, true, readdTrial},
+	}
+	var out []reactionResult
+	for _, s := range scenarios {
+		start := time.Now()
+		samples, err := runScenario(ctx, e, s.name, lanes, trials, s.interval, s.registered, s.trial)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		r := reactionResult{name: s.label, target: s.target, limit: s.limit, samples: samples}
+		logf("  %s: %d trials in %s, p50 %s p99 %s", s.name, len(samples), time.Since(start).Round(time.Second),
+			r.percentile(0.5), r.percentile(0.99))
+		out = append(out, r)
+	}
+	return out, nil
+}
