@@ -13,9 +13,6 @@ import (
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientfeatures "k8s.io/client-go/features"
@@ -112,15 +109,6 @@ func disableWatchList() error {
 	return nil
 }
 
-// restMapper knows the few kinds this controller touches, so the manager starts without API
-// discovery, which would fail, and keep failing, while the API server is unreachable.
-func restMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-	m := meta.NewDefaultRESTMapper(nil)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
-	return m, nil
-}
-
 func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -154,9 +142,10 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		MapperProvider:          restMapper,
+		MapperProvider:          controllers.RESTMapper,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  opts.probeAddr,
+		PprofBindAddress:        opts.pprofAddr,
 		GracefulShutdownTimeout: &shutdown,
 	})
 	if err != nil {

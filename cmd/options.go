@@ -37,6 +37,7 @@ type options struct {
 	metricsCert    string
 	metricsKey     string
 	probeAddr      string
+	pprofAddr      string
 	kubeconfig     string
 
 	zap zap.Options
@@ -105,6 +106,8 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.StringVar(&o.metricsKey, "metrics-cert-key", "tls.key", "File name of the metrics server key.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
 		"Address the /healthz and /readyz endpoints bind to; \"0\" turns them off.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0",
+		"Address to serve Go's pprof profiles on, for diagnosis; \"0\" (the default) turns it off.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; without it, KUBECONFIG, then the pod's in-cluster config, is used.")
 	o.zap.BindFlags(fs)
@@ -194,6 +197,7 @@ func (o *options) validateGates(explicit map[string]bool) error {
 func (o *options) validateServing() error {
 	for _, f := range []struct{ name, addr string }{
 		{"--metrics-bind-address", o.metricsAddr}, {"--health-probe-bind-address", o.probeAddr},
+		{"--pprof-bind-address", o.pprofAddr},
 	} {
 		if err := validateBindAddress(f.addr); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
@@ -104,6 +107,17 @@ func CacheOptions(nodeName string) cache.Options {
 		&corev1.Node{}:       byName,
 		&storagev1.CSINode{}: byName,
 	}}
+}
+
+// RESTMapper knows the few kinds this controller touches. A manager that serves only this
+// controller can use it as its MapperProvider and so start without API discovery, which fails,
+// and keeps failing, while the API server is unreachable, and which otherwise delays the first
+// patch while the mapping is looked up.
+func RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
+	return m, nil
 }
 
 // SetupWithManager validates the reconciler's fields and adds it, with its prober, to mgr.

@@ -48,6 +48,12 @@ type idleResult struct {
 
 const agentNode = "bench-agent"
 
+// The two designs compared.
+const (
+	designOurs     = "startup-taint-remover"
+	designBaseline = "baseline (caches all Nodes)"
+)
+
 // realisticNode looks like a Node a kubelet registers: labels, taints, capacity, conditions,
 // addresses and a list of images, about 5 KiB of JSON.
 func realisticNode(name string) (*corev1.Node, corev1.NodeStatus) {
@@ -143,7 +149,7 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 		return nil, err
 	}
 	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + agentNode, "--csi-address=" + socket, "--metrics-bind-address=" + addr}
-	if design == "startup-taint-remover" {
+	if design == designOurs {
 		args = append(args, "--metrics-secure=false", "--health-probe-bind-address=0")
 	}
 	cmd := exec.Command(binary, args...)
@@ -283,7 +289,7 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 	}
 	defer driver.Stop()
 
-	designs := []struct{ name, binary string }{{"startup-taint-remover", c.binary}, {"baseline (caches all Nodes)", c.baseline}}
+	designs := []struct{ name, binary string }{{designOurs, c.binary}, {designBaseline, c.baseline}}
 	var results []memResult
 	have, run := 0, 0
 	for _, n := range c.sizes {
