@@ -91,12 +91,7 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 			node, status := realisticNode(names[i])
 			node.Labels[fleetLabel] = "true"
 			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
-			if err := e.c.Create(ctx, node); err != nil {
-				errs <- err
-				return
-			}
-			node.Status = status
-			if err := e.c.Status().Update(ctx, node); err != nil {
+			if err := e.createNode(ctx, node, status); err != nil {
 				errs <- err
 				return
 			}

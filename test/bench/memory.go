@@ -95,6 +95,15 @@ func realisticNode(name string) (*corev1.Node, corev1.NodeStatus) {
 	return node, status
 }
 
+// createNode creates node, then gives it status, as a kubelet registering it would.
+func (e *env) createNode(ctx context.Context, node *corev1.Node, status corev1.NodeStatus) error {
+	if err := e.c.Create(ctx, node); err != nil {
+		return err
+	}
+	node.Status = status
+	return e.c.Status().Update(ctx, node)
+}
+
 // growCluster creates realistic Nodes until the cluster holds n of them.
 func growCluster(ctx context.Context, e *env, have, n int) error {
 	work := make(chan int)
@@ -106,12 +115,7 @@ func growCluster(ctx context.Context, e *env, have, n int) error {
 			defer wg.Done()
 			for i := range work {
 				node, status := realisticNode(fmt.Sprintf("bench-node-%05d", i))
-				if err := e.c.Create(ctx, node); err != nil {
-					errs <- err
-					return
-				}
-				node.Status = status
-				if err := e.c.Status().Update(ctx, node); err != nil {
+				if err := e.createNode(ctx, node, status); err != nil {
 					errs <- err
 					return
 				}

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -12,31 +11,17 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
 var _ = Describe("the secure metrics endpoint", func() {
 	It("answers 401 without a token, 403 without the /metrics permission and 200 with it", func(ctx SpecContext) {
 		nodeName := "metrics-node"
-		startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
-		Expect(k8sClient.Create(ctx, node)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
-		csiNode := &storagev1.CSINode{
-			ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-			Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: nodeName}}},
-		}
-		Expect(k8sClient.Create(ctx, csiNode)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiNode))).To(Succeed()) })
-		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(driver.Stop)
+		startup := startupTaint
+		driver := setupNode(ctx, nodeName, startup)
 
 		addr := freeAddr()
 		runBinary("--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+driver.Path(),
