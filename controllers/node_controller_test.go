@@ -131,14 +131,7 @@ var _ = Describe("NodeReconciler", func() {
 			expectTaintGone(ctx)
 
 			for range 3 {
-				Expect(retry.RetryOnConflict(patientRetry, func() error {
-					node := &corev1.Node{}
-					if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-						return err
-					}
-					node.Spec.Taints = append(node.Spec.Taints, startupTaint)
-					return k8sClient.Update(ctx, node)
-				})).To(Succeed())
+				readdTaint(ctx, nodeName, startupTaint)
 				expectTaintGone(ctx)
 			}
 		})
