@@ -68,7 +68,7 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) {
+func measureFleet(ctx context.Context, e *env, agents, repeats int) (fleetResult, error) {
 	res := fleetResult{agents: agents}
 	driver, err := fakecsi.Start(filepath.Join(e.work, "fleet.sock"), driverName, fakecsi.Ready)
 	if err != nil {
@@ -107,6 +107,43 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 	}
 	logf("  %d tainted Nodes and their CSINodes created in %s", agents, time.Since(start).Round(time.Second))
 
+	var runs []fleetResult
+	for run := range repeats {
+		if run > 0 {
+			if err := retaint(ctx, e, names); err != nil {
+				return res, err
+			}
+		}
+		r, err := fleetRun(ctx, e, names, driver.Path())
+		if err != nil {
+			return res, err
+		}
+		logf("  run %d: %d of %d untainted in %s", run+1, r.untainted, agents, r.elapsed.Round(time.Millisecond))
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b fleetResult) int { return int(a.elapsed - b.elapsed) })
+	return runs[len(runs)/2], nil
+}
+
+// retaint puts the startup taint back on every fleet Node, for the next run.
+func retaint(ctx context.Context, e *env, names []string) error {
+	for _, name := range names {
+		node := &corev1.Node{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		orig := node.DeepCopy()
+		node.Spec.Taints = append(node.Spec.Taints, startupTaint)
+		if err := e.c.Patch(ctx, node, client.MergeFrom(orig)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fleetRun starts one agent per Node at once and waits until every Node is untainted.
+func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleetResult, error) {
+	res := fleetResult{agents: len(names)}
 	cnt := &counter{byVerb: map[string]int64{}}
 	fleetCtx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
@@ -129,7 +166,7 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 		if err != nil {
 			return res, err
 		}
-		gate, err := controllers.NewCSIGate(driver.Path(), 3*time.Second)
+		gate, err := controllers.NewCSIGate(socket, 3*time.Second)
 		if err != nil {
 			return res, err
 		}
@@ -139,7 +176,7 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 		}
 		mgrs = append(mgrs, mgr)
 	}
-	start = time.Now()
+	start := time.Now()
 	for _, mgr := range mgrs {
 		running.Add(1)
 		go func() {
@@ -165,7 +202,7 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 			}
 		}
 		res.elapsed = time.Since(start)
-		if res.untainted == agents || res.elapsed > 3*time.Minute {
+		if res.untainted == len(names) || res.elapsed > 3*time.Minute {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -178,6 +215,5 @@ func measureFleet(ctx context.Context, e *env, agents int) (fleetResult, error) 
 	if n := failed.Load(); n > 0 {
 		return res, fmt.Errorf("%d managers failed", n)
 	}
-	logf("  %d of %d untainted in %s", res.untainted, agents, res.elapsed.Round(time.Millisecond))
 	return res, nil
 }

@@ -96,8 +96,8 @@ func run(c benchConfig) error {
 	if rep.memory, rep.idle, err = measureMemory(ctx, e, c); err != nil {
 		return fmt.Errorf("memory: %w", err)
 	}
-	logf("fleet start: %d agents", c.fleet)
-	if rep.fleet, err = measureFleet(ctx, e, c.fleet); err != nil {
+	logf("fleet start: %d agents, %d runs", c.fleet, c.repeats)
+	if rep.fleet, err = measureFleet(ctx, e, c.fleet, c.repeats); err != nil {
 		return fmt.Errorf("fleet start: %w", err)
 	}
 	rep.elapsed = time.Since(start)

@@ -122,7 +122,8 @@ func (r *report) markdown() string {
 		}
 		return f.patchLatency[min(len(f.patchLatency)-1, int(q*float64(len(f.patchLatency))))]
 	}
-	p("## Fleet start: %d agents at once against %d tainted Nodes whose drivers are ready", f.agents, f.agents)
+	p("## Fleet start: %d agents at once against %d tainted Nodes whose drivers are ready (median of %d runs)",
+		f.agents, f.agents, r.config.repeats)
 	p("")
 	p("| untainted | time until all untainted | target | requests by verb | patch latency p50 / p99 |")
 	p("|---|---|---|---|---|")
