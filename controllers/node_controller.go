@@ -242,13 +242,13 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 
 	removed, err := r.removeTaints(ctx, node, specs)
 	if err != nil {
-		return r.removalFailed(ctx, node, specs, err)
+		return r.removalFailed(ctx, node, specsSelecting(held, specs), err)
 	}
 	st.failure, st.retryAfter = "", 0
 	if len(removed) == 0 {
 		return ctrl.Result{}, nil // already gone, or the Node was deleted meanwhile
 	}
-	r.removed(ctx, node, removed, maxTime(readySince, st.heldSince))
+	r.removed(ctx, node, removed, specsSelecting(removed, specs), maxTime(readySince, st.heldSince))
 	return ctrl.Result{}, nil
 }
 
@@ -388,17 +388,15 @@ func (r *NodeReconciler) waiting(ctx context.Context, node *corev1.Node, gerr *g
 		"Holding startup taints: %s", gerr.Error())
 }
 
-// removed records a successful removal: metrics, an event and a log line.
-func (r *NodeReconciler) removed(ctx context.Context, node *corev1.Node, removed []corev1.Taint, readySince time.Time) {
+// removed records a successful removal of the taints that specs selected: metrics, an event and a
+// log line.
+func (r *NodeReconciler) removed(ctx context.Context, node *corev1.Node, removed []corev1.Taint, specs []TaintSpec, readySince time.Time) {
 	st := &r.state
 	now := time.Now()
 	names := taintStrings(removed)
 	again := false
-	for _, spec := range r.taintSpecs() {
+	for _, spec := range specs {
 		key := spec.String()
-		if len(MatchingTaints(removed, []TaintSpec{spec})) == 0 {
-			continue
-		}
 		metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
 		metrics.Present.WithLabelValues(key).Set(0)
 		again = again || st.readded[key]
@@ -428,7 +426,8 @@ func (r *NodeReconciler) removed(ctx context.Context, node *corev1.Node, removed
 	clear(st.waitEvents)
 }
 
-// removalFailed reports a failed removal once per failure class and decides the retry. A
+// removalFailed reports a failed removal of the taints that specs selected, once per failure
+// class, and decides the retry. A
 // forbidden patch does not heal by itself, so it is retried on a backoff of its own, without the
 // log line controller-runtime writes for every returned error; other errors are returned.
 func (r *NodeReconciler) removalFailed(ctx context.Context, node *corev1.Node, specs []TaintSpec, err error) (ctrl.Result, error) {
@@ -483,8 +482,8 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 		// instead of dropping a taint another writer added since we read the Node.
 		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) {
-			for _, t := range MatchingTaints(orig.Spec.Taints, specs) {
-				metrics.Removals.WithLabelValues(specFor(t, specs), metrics.ResultConflict).Inc()
+			for _, spec := range specsSelecting(orig.Spec.Taints, specs) {
+				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
 			}
 		}
 		if err != nil {
@@ -502,14 +501,16 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 	return removed, nil
 }
 
-// specFor returns the first spec that selects t, as the metric label for it.
-func specFor(t corev1.Taint, specs []TaintSpec) string {
-	for _, s := range specs {
-		if s.Matches(t) {
-			return s.String()
+// specsSelecting returns the specs that select at least one of taints: the ones a removal attempt
+// is about, and so the taint labels its metrics carry.
+func specsSelecting(taints []corev1.Taint, specs []TaintSpec) []TaintSpec {
+	var out []TaintSpec
+	for _, spec := range specs {
+		if len(MatchingTaints(taints, []TaintSpec{spec})) > 0 {
+			out = append(out, spec)
 		}
 	}
-	return t.Key
+	return out
 }
 
 func taintStrings(taints []corev1.Taint) []string {

@@ -6,7 +6,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/util/retry"
@@ -82,14 +84,21 @@ var _ = Describe("Observability", func() {
 		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
 
 		By("removing it once the driver is ready and registered")
-		removalsBefore := testutil.CollectAndCount(metrics.RemovalSeconds)
+		observed := func(h prometheus.Histogram) uint64 {
+			m := &dto.Metric{}
+			Expect(h.Write(m)).To(Succeed())
+			return m.GetHistogram().GetSampleCount()
+		}
+		firstRemovals, reactions := observed(metrics.RemovalSeconds), observed(metrics.ReadyToRemovedSeconds)
 		driver.SetReadiness(fakecsi.Ready)
 		registerDriver(ctx, nodeName, nil)
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(0.0))
 		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
 		Expect(testutil.ToFloat64(metrics.GateReady.WithLabelValues("csinode"))).To(Equal(1.0))
 		Expect(testutil.ToFloat64(metrics.Readded.WithLabelValues(key))).To(BeZero())
-		Expect(testutil.CollectAndCount(metrics.RemovalSeconds)).To(Equal(removalsBefore))
+		// Observed right after the counters move: wait for them.
+		Eventually(func() uint64 { return observed(metrics.RemovalSeconds) }).Should(Equal(firstRemovals+1), "the node's first removal is measured")
+		Eventually(func() uint64 { return observed(metrics.ReadyToRemovedSeconds) }).Should(Equal(reactions + 1))
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
 
 		By("counting a re-added taint once and removing it again")
@@ -102,6 +111,8 @@ var _ = Describe("Observability", func() {
 			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))
 		}).Should(Equal(2.0))
 		Expect(testutil.ToFloat64(metrics.Present.WithLabelValues(key))).To(Equal(0.0))
+		Eventually(func() uint64 { return observed(metrics.ReadyToRemovedSeconds) }).Should(Equal(reactions + 2))
+		Expect(observed(metrics.RemovalSeconds)).To(Equal(firstRemovals+1), "only a node's first removal counts from its creation")
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedAgain))
 
 		By("exposing well-formed metrics")

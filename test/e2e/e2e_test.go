@@ -27,7 +27,7 @@ const driverName = "ebs.csi.example.com"
 
 var _ = Describe("the startup-taint-remover binary", func() {
 	It("removes the startup taint once the driver is ready and registered, and exits promptly on SIGTERM", func(ctx SpecContext) {
-		startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+		startup := startupTaint
 		other := corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-node"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup, other}}}
 		Expect(k8sClient.Create(ctx, node)).To(Succeed())
