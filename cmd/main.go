@@ -158,6 +158,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		RequireCSINode:     opts.requireCSINode,
 		RequireAllocatable: opts.requireAllocatable,
 		ProbeInterval:      opts.probeInterval,
+		Confinement:        controllers.NewConfinementCheck(opts.requireConfinement),
 	}
 	if opts.csiAddress != "" {
 		gate, err := controllers.NewCSIGate(opts.csiAddress, opts.probeTimeout)

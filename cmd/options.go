@@ -40,6 +40,8 @@ type options struct {
 	pprofAddr      string
 	kubeconfig     string
 
+	requireConfinement bool
+
 	zap zap.Options
 }
 
@@ -110,6 +112,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"Address to serve Go's pprof profiles on, for diagnosis; \"0\" (the default) turns it off.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; without it, KUBECONFIG, then the pod's in-cluster config, is used.")
+	fs.BoolVar(&o.requireConfinement, "require-confinement", false,
+		"Stop with an error when no admission policy confines this agent to its own Node "+
+			"(a dry-run change of its Node's labels is admitted), instead of warning and running.")
 	o.zap.BindFlags(fs)
 
 	if err := fs.Parse(args); err != nil {

@@ -50,6 +50,10 @@ const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
 // keeps two agents that conflict once from conflicting again in lockstep.
 var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 1}
 
+// EventSource names the controller in the events it records; the admission policy lets the agent
+// record events only as it.
+const EventSource = "startup-taint-remover"
+
 // Reasons of the events the controller records on its Node.
 const (
 	ReasonTaintRemoved      = "TaintRemoved"
@@ -94,6 +98,10 @@ type NodeReconciler struct {
 	ProbeInterval time.Duration
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
+	// Confinement, when set, checks at start, and whenever the patches change between forbidden
+	// and allowed, that the admission policy confines this agent. SetupWithManager adds it to the
+	// manager and fills in its empty fields from the reconciler's.
+	Confinement *ConfinementCheck
 
 	prober *prober
 	state  nodeState
@@ -132,7 +140,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder("startup-taint-remover")
+		r.Recorder = mgr.GetEventRecorder(EventSource)
 	}
 	interval := r.ProbeInterval
 	if interval <= 0 {
@@ -146,6 +154,20 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.prober = newProber(gates, interval, r.NodeName)
 	if err := mgr.Add(r.prober); err != nil {
 		return fmt.Errorf("adding the readiness prober: %w", err)
+	}
+	if c := r.Confinement; c != nil {
+		if c.Client == nil {
+			c.Client = r.Client
+		}
+		if c.NodeName == "" {
+			c.NodeName = r.NodeName
+		}
+		if c.Recorder == nil {
+			c.Recorder = r.Recorder
+		}
+		if err := mgr.Add(c); err != nil {
+			return fmt.Errorf("adding the confinement check: %w", err)
+		}
 	}
 
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
@@ -207,6 +229,9 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// Events about a Node can only be written in "default" (the API server's rule for cluster-scoped
+// objects), and a Role there would be moved by any overlay's namespace; the admission policy
+// confines these events to the agent's own Node instead.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile removes the startup taints from the node when all readiness gates pass.
@@ -243,6 +268,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	removed, err := r.removeTaints(ctx, node, specs)
 	if err != nil {
 		return r.removalFailed(ctx, node, specsSelecting(held, specs), err)
+	}
+	if st.failure == metrics.ResultForbidden {
+		r.permissionsChanged()
 	}
 	st.failure, st.retryAfter = "", 0
 	if len(removed) == 0 {
@@ -445,6 +473,9 @@ func (r *NodeReconciler) removalFailed(ctx context.Context, node *corev1.Node, s
 		}
 	}
 	if st.failure != result {
+		if result == metrics.ResultForbidden {
+			r.permissionsChanged()
+		}
 		st.failure = result
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint",
 			"Could not remove startup taints: %v", err)
@@ -457,6 +488,14 @@ func (r *NodeReconciler) removalFailed(ctx context.Context, node *corev1.Node, s
 	}
 	st.retryAfter = min(max(2*st.retryAfter, time.Second), MaxRetryInterval)
 	return ctrl.Result{RequeueAfter: st.retryAfter}, nil
+}
+
+// permissionsChanged asks for a new confinement check: a patch that was allowed is now forbidden,
+// or the other way round.
+func (r *NodeReconciler) permissionsChanged() {
+	if r.Confinement != nil {
+		r.Confinement.Recheck()
+	}
 }
 
 // removeTaints patches the matching taints away and returns the ones it removed. A taint that is
@@ -480,7 +519,8 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 		}
 		// A merge patch replaces the whole taint list; the resourceVersion lock makes it fail
 		// instead of dropping a taint another writer added since we read the Node.
-		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
+			client.FieldOwner(FieldManager))
 		if apierrors.IsConflict(err) {
 			for _, spec := range specsSelecting(orig.Spec.Taints, specs) {
 				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()

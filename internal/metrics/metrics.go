@@ -80,6 +80,13 @@ var (
 		Help: "Failed probes of a local readiness gate, by reason class.",
 	}, []string{labelGate, "reason"})
 
+	// Confined is 1 while the admission policy is known to confine this agent.
+	Confined = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "startup_taint_confined",
+		Help: "1 when the admission policy refused this agent's dry-run change of its own Node's labels; " +
+			"0 when it was admitted or could not be tried.",
+	})
+
 	// BuildInfo carries the build's version, revision and Go version as labels.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_build_info",
@@ -89,7 +96,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
-		GateReady, ProbeDuration, ProbeErrors, BuildInfo)
+		GateReady, ProbeDuration, ProbeErrors, Confined, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 
