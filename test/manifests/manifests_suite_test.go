@@ -1,14 +1,20 @@
-// Package manifests renders the shipped kustomize configuration with the kustomize Go API, applies
-// it to an envtest API server, and checks what it grants and what its admission policy denies.
+// Package manifests renders the shipped kustomize configurations with the kustomize Go API,
+// applies each to an envtest API server, and checks what it grants, what its admission policy
+// denies, and that removing it never blocks anyone else.
 package manifests
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +29,6 @@ import (
 var (
 	cfg       *rest.Config
 	k8sClient client.Client
-	rendered  []*unstructured.Unstructured
 )
 
 func TestManifests(t *testing.T) {
@@ -31,24 +36,22 @@ func TestManifests(t *testing.T) {
 	RunSpecs(t, "Manifests Suite")
 }
 
-var _ = BeforeSuite(func(ctx SpecContext) {
+var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	testEnv := &envtest.Environment{}
+	// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
+	// refuse a change of it although it names no such field.
+	testEnv.ControlPlane.GetAPIServer().Configure().
+		Append("feature-gates", "InPlacePodVerticalScalingSchedulerPreemption=true")
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
 	DeferCleanup(testEnv.Stop)
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
-
-	Expect(render("../../config/policy")).NotTo(BeEmpty())
-	rendered = render("../../config/default")
-	for _, obj := range rendered {
-		Expect(k8sClient.Create(ctx, obj)).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
-	}
 })
 
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
@@ -67,16 +70,19 @@ func render(dir string) []*unstructured.Unstructured {
 	return out
 }
 
-// find returns the rendered object of kind whose name ends with suffix.
-func find(kind, suffix string) *unstructured.Unstructured {
+// only returns the rendered objects of kind, converted to their typed form T.
+func only[T any](objs []*unstructured.Unstructured, kind string) []*T {
 	GinkgoHelper()
-	for _, obj := range rendered {
-		if obj.GetKind() == kind && len(obj.GetName()) >= len(suffix) && obj.GetName()[len(obj.GetName())-len(suffix):] == suffix {
-			return obj
+	var out []*T
+	for _, obj := range objs {
+		if obj.GetKind() != kind {
+			continue
 		}
+		typed := new(T)
+		Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, typed)).To(Succeed())
+		out = append(out, typed)
 	}
-	Fail("no rendered " + kind + " named *" + suffix)
-	return nil
+	return out
 }
 
 // impersonating returns a client acting as user, with the node-name claim a pod-bound
@@ -91,4 +97,62 @@ func impersonating(user string, groups []string, node string) client.Client {
 	cl, err := client.New(c, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	return cl
+}
+
+// serviceAccount is the identity of a pod running as namespace/name.
+func serviceAccount(namespace, name string) (user string, groups []string) {
+	return "system:serviceaccount:" + namespace + ":" + name,
+		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// kubelet returns a client acting as the kubelet of node, with the rights the Node authorizer
+// gives it (envtest runs RBAC only, so the bootstrap system:node role stands in for it).
+func kubelet(ctx context.Context, node string) client.Client {
+	GinkgoHelper()
+	user := "system:node:" + node
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-kubelet-" + node},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, binding))).To(Succeed())
+	return impersonating(user, []string{"system:nodes", "system:authenticated"}, "")
+}
+
+// patchNode changes a Node through c the way the controller does: a merge patch locked to the
+// resourceVersion it read.
+func patchNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
+	node := &corev1.Node{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	orig := node.DeepCopy()
+	change(node)
+	return c.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// nodeWritesWork checks that a kubelet can register its Node with a startup taint and write its
+// status, and that an admin can label and cordon it: the writes the admission policy must never
+// block, whatever state an install is in.
+func nodeWritesWork(ctx context.Context, name string) {
+	GinkgoHelper()
+	kc := kubelet(ctx, name)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}}},
+	}
+	Expect(kc.Create(ctx, node)).To(Succeed(), "kubelet registers its Node")
+	defer func() { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) }()
+	orig := node.DeepCopy()
+	now := metav1.Now()
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+	Expect(kc.Status().Patch(ctx, node, client.MergeFrom(orig))).To(Succeed(), "kubelet writes its node status")
+	Expect(patchNode(ctx, kc, name, func(n *corev1.Node) {
+		n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "0"}
+	})).To(Succeed(), "kubelet annotates its Node")
+	Expect(patchNode(ctx, k8sClient, name, func(n *corev1.Node) {
+		n.Labels = map[string]string{"example.com/pool": "a"}
+		n.Spec.Unschedulable = true
+	})).To(Succeed(), "an admin labels and cordons the Node")
 }

@@ -1,0 +1,579 @@
+package manifests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// installs are every way the README installs the agent. Each must confine exactly the identity
+// its DaemonSet runs as, let that identity remove its own startup taints, and come and go without
+// ever blocking anyone else's Node writes.
+var installs = []struct{ name, dir string }{
+	{"config/default", "../../config/default"},
+	{"a user overlay with its own namespace and name prefix", "testdata/overlay"},
+	{"the EBS sidecar recipe", "../../config/samples/ebs-sidecar"},
+	{"the EFS sidecar recipe", "../../config/samples/efs-sidecar"},
+	{"the Azure Disk sidecar recipe", "../../config/samples/azuredisk-sidecar"},
+}
+
+// agent is what a rendered install says about the pods it runs.
+type agent struct {
+	namespace, serviceAccount string
+	user                      string
+	groups                    []string
+	// taintList is the rendered --taint value; taints is its parsed form.
+	taintList string
+	taints    []controllers.TaintSpec
+}
+
+// agentOf reads the agent from the one DaemonSet that runs the startup-taint-remover container.
+func agentOf(objs []*unstructured.Unstructured) agent {
+	GinkgoHelper()
+	var found []agent
+	for _, ds := range only[appsv1.DaemonSet](objs, "DaemonSet") {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name != "startup-taint-remover" {
+				continue
+			}
+			Expect(c.Args).To(ContainElement("--taint=$(STARTUP_TAINTS)"))
+			a := agent{namespace: ds.Namespace, serviceAccount: ds.Spec.Template.Spec.ServiceAccountName}
+			for _, env := range c.Env {
+				if env.Name == "STARTUP_TAINTS" {
+					a.taintList = env.Value
+				}
+			}
+			Expect(a.taintList).NotTo(BeEmpty(), "STARTUP_TAINTS has a rendered value")
+			for _, item := range strings.Split(a.taintList, ",") {
+				spec, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
+				Expect(err).NotTo(HaveOccurred())
+				a.taints = append(a.taints, spec)
+			}
+			a.user, a.groups = serviceAccount(a.namespace, a.serviceAccount)
+			found = append(found, a)
+		}
+	}
+	Expect(found).To(HaveLen(1), "one DaemonSet runs the startup-taint-remover container")
+	return found[0]
+}
+
+// startupTaint is the taint a node registers with for spec.
+func startupTaint(spec controllers.TaintSpec) corev1.Taint {
+	effect := spec.Effect
+	if effect == "" {
+		effect = corev1.TaintEffectNoExecute
+	}
+	return corev1.Taint{Key: spec.Key, Effect: effect}
+}
+
+// apply creates the rendered objects, as `kubectl apply` of a fresh install does.
+func apply(ctx context.Context, objs []*unstructured.Unstructured) {
+	GinkgoHelper()
+	for _, obj := range objs {
+		Expect(k8sClient.Create(ctx, obj.DeepCopy())).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
+	}
+}
+
+// uninstall deletes the rendered objects in their order, as `make undeploy` (kubectl delete -f)
+// does, and checks after every step that Node writes still work. A deleted Namespace takes its
+// objects with it: envtest runs no namespace controller, so this does its work, one object at a time.
+func uninstall(ctx context.Context, objs []*unstructured.Unstructured, checkName string) {
+	GinkgoHelper()
+	step := 0
+	check := func(what string) {
+		step++
+		By("Node writes still work after " + what)
+		nodeWritesWork(ctx, fmt.Sprintf("%s-%d", checkName, step))
+	}
+	deleted := map[string]bool{}
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+	}
+	for _, obj := range objs {
+		if deleted[key(obj)] {
+			continue
+		}
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+		deleted[key(obj)] = true
+		check("deleting " + key(obj))
+		if obj.GetKind() != "Namespace" {
+			continue
+		}
+		for _, inNS := range objs {
+			if inNS.GetNamespace() == obj.GetName() && !deleted[key(inNS)] && isNamespaced(inNS) {
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, inNS.DeepCopy()))).To(Succeed())
+				deleted[key(inNS)] = true
+				check("the namespace controller deleting " + key(inNS))
+			}
+		}
+		ns := &corev1.Namespace{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: obj.GetName()}, ns)).To(Succeed())
+		ns.Spec.Finalizers = nil
+		Expect(k8sClient.SubResource("finalize").Update(ctx, ns)).To(Succeed())
+		check("the namespace is gone")
+	}
+}
+
+func isNamespaced(obj *unstructured.Unstructured) bool {
+	switch obj.GetKind() {
+	case "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+		return false
+	}
+	return true
+}
+
+// startAgent runs the real controller, configured as the binary is, with c's identity, and returns
+// a channel that receives what the manager's Start returned; the spec's cleanup stops it.
+func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck) <-chan error {
+	GinkgoHelper()
+	mgr, err := ctrl.NewManager(c, ctrl.Options{
+		Scheme: scheme.Scheme, Cache: controllers.CacheOptions(node), MapperProvider: controllers.RESTMapper,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Several agents run one after another in this process; the binary runs one.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect((&controllers.NodeReconciler{NodeName: node, Taints: taints, Gates: []controllers.Gate{alwaysReady{}},
+		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}).SetupWithManager(mgr)).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done, stopped := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		done <- mgr.Start(ctx)
+	}()
+	DeferCleanup(func() { cancel(); Eventually(stopped).Should(BeClosed()) })
+	return done
+}
+
+// agentConfig is a REST config that acts as a's pod on node.
+func (a agent) config(node string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: a.user, Groups: a.groups,
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node}}}
+	return c
+}
+
+// The messages the shipped policy refuses with, and RBAC's.
+const (
+	msgOtherNode   = "may only change its own Node"
+	msgTaintsOnly  = "may only remove its startup taints"
+	msgMetadata    = "may not change a Node's metadata"
+	msgSpec        = "may not change a Node's spec"
+	msgOwnership   = "may not give a server-side apply manager ownership"
+	msgNoNodeClaim = "carries no node name"
+	msgEvents      = "may only record events about its own Node"
+	msgRBAC        = "cannot"
+)
+
+var _ = Describe("every README install", func() {
+	It("is in the test table, and no sample is left out", func() {
+		samples, err := filepath.Glob("../../config/samples/*")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(samples).NotTo(BeEmpty())
+		dirs := make([]string, 0, len(installs))
+		for _, in := range installs {
+			dirs = append(dirs, in.dir)
+		}
+		readme, err := os.ReadFile("../../README.md")
+		Expect(err).NotTo(HaveOccurred())
+		for _, s := range samples {
+			Expect(dirs).To(ContainElement(s))
+			Expect(string(readme)).To(ContainSubstring(strings.TrimPrefix(s, "../../")), "the README shows the recipe %s", s)
+		}
+	})
+})
+
+var _ = Describe("the rendered installs", func() {
+	for i, in := range installs {
+		Context(in.name, Ordered, func() {
+			var (
+				objs  []*unstructured.Unstructured
+				a     agent
+				other = corev1.Taint{Key: "example.com/other", Value: "x", Effect: corev1.TaintEffectNoSchedule}
+				seq   int
+			)
+			prefix := fmt.Sprintf("install%d", i)
+			newNode := func(ctx context.Context, extra ...corev1.Taint) string {
+				seq++
+				name := fmt.Sprintf("%s-node-%d", prefix, seq)
+				taints := make([]corev1.Taint, 0, len(a.taints)+1+len(extra))
+				for _, spec := range a.taints {
+					taints = append(taints, startupTaint(spec))
+				}
+				node := &corev1.Node{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"zone": "a"}, Annotations: map[string]string{"note": "n"}},
+					Spec:       corev1.NodeSpec{Taints: append(append(taints, other), extra...)},
+				}
+				Expect(k8sClient.Create(ctx, node)).To(Succeed())
+				DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+				return name
+			}
+			removeStartup := func(n *corev1.Node) { n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints) }
+			asAgent := func(node string) client.Client { return impersonating(a.user, a.groups, node) }
+
+			BeforeAll(func(ctx SpecContext) {
+				objs = render(in.dir)
+				a = agentOf(objs)
+				apply(ctx, objs)
+				// The last spec uninstalls step by step; this removes whatever a failure left behind.
+				DeferCleanup(func(ctx SpecContext) {
+					for _, obj := range objs {
+						Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+					}
+				})
+				// The API server picks a new policy up shortly after it is created; until then RBAC
+				// alone rules. (Its type-checking status is written by kube-controller-manager, which
+				// envtest does not run: the specific messages below show that each expression evaluates.)
+				probe := newNode(ctx)
+				Eventually(func() error {
+					return patchNode(ctx, asAgent("elsewhere"), probe, removeStartup)
+				}).Should(MatchError(ContainSubstring(msgOtherNode)))
+			})
+
+			It("confines exactly the identity its DaemonSet runs as, with no parameter object", func() {
+				Expect(only[corev1.ConfigMap](objs, "ConfigMap")).To(BeEmpty(), "the taints are written in at render time; no ConfigMap is applied")
+				for _, obj := range objs {
+					data, err := yaml.Marshal(obj.Object)
+					Expect(err).NotTo(HaveOccurred())
+					Expect(string(data)).NotTo(MatchRegexp(`(^|[^_A-Z])TAINTS`), "a placeholder left in %s %s", obj.GetKind(), obj.GetName())
+				}
+				policies := only[admissionv1.ValidatingAdmissionPolicy](objs, "ValidatingAdmissionPolicy")
+				Expect(policies).To(HaveLen(2))
+				for _, p := range policies {
+					Expect(p.Spec.ParamKind).To(BeNil())
+					Expect(p.Spec.MatchConditions).To(ContainElement(HaveField("Expression", ContainSubstring("['"+a.taintList+"']"))))
+				}
+				Expect(policies).To(ContainElement(HaveField("Spec.Variables", ContainElement(HaveField("Expression", "'"+a.taintList+"'")))))
+				bindings := only[admissionv1.ValidatingAdmissionPolicyBinding](objs, "ValidatingAdmissionPolicyBinding")
+				Expect(bindings).To(HaveLen(2))
+				for _, b := range bindings {
+					Expect(b.Spec.ParamRef).To(BeNil())
+				}
+
+				// The grant the policies know the agent by names exactly its taints, and is bound to
+				// exactly the DaemonSet's service account; so is every other role of the install.
+				marked := 0
+				for _, role := range only[rbacv1.ClusterRole](objs, "ClusterRole") {
+					for _, rule := range role.Rules {
+						if slices.Contains(rule.Resources, "startuptaints") {
+							Expect(rule.ResourceNames).To(Equal([]string{a.taintList}))
+							marked++
+						}
+					}
+				}
+				Expect(marked).To(Equal(1))
+				me := rbacv1.Subject{Kind: "ServiceAccount", Name: a.serviceAccount, Namespace: a.namespace}
+				for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
+					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
+				}
+				Expect(only[rbacv1.RoleBinding](objs, "RoleBinding")).To(BeEmpty())
+			})
+
+			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {
+				name := newNode(ctx)
+				metrics.Confined.Set(0)
+				confinement := controllers.NewConfinementCheck(true)
+				done := startAgent(a.config(name), name, a.taints, confinement)
+				Eventually(func(g Gomega) {
+					node := &corev1.Node{}
+					g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(node.Spec.Taints).To(ContainElement(other))
+					g.Expect(node.Labels).To(Equal(map[string]string{"zone": "a"}))
+				}).Should(Succeed())
+				Eventually(func() float64 { return testutil.ToFloat64(metrics.Confined) }).Should(Equal(1.0))
+				Eventually(func(g Gomega) {
+					list := &eventsv1.EventList{}
+					g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
+					g.Expect(list.Items).To(ContainElement(And(
+						HaveField("Reason", controllers.ReasonTaintRemoved), HaveField("Regarding.Name", name))))
+				}).Should(Succeed(), "the policy lets it record events about its own Node")
+				Consistently(done, "500ms").ShouldNot(Receive(), "a confined agent keeps running with --require-confinement")
+			})
+
+			It("reports the dry-run confinement check as confined, writing nothing", func(ctx SpecContext) {
+				name := newNode(ctx)
+				check := &controllers.ConfinementCheck{Client: asAgent(name), NodeName: name}
+				outcome, _, err := check.Check(ctx)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(outcome).To(Equal(controllers.Confined))
+				node := &corev1.Node{}
+				Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+				Expect(node.Labels).NotTo(HaveKey(controllers.ConfinementProbeLabel))
+			})
+
+			// Each forbidden request is made on a node of its own whose name the token claims.
+			type request struct {
+				name string
+				do   func(ctx context.Context, c client.Client, own string) error
+				// denial is a part of the expected message: the policy's own words where RBAC allows
+				// the request, RBAC's where it does not.
+				denial string
+			}
+			requests := []request{
+				{"patching another node's taints", func(ctx context.Context, c client.Client, _ string) error {
+					return patchNode(ctx, c, newNode(ctx), removeStartup)
+				}, msgOtherNode},
+				{"labelling another node", func(ctx context.Context, c client.Client, _ string) error {
+					return patchNode(ctx, c, newNode(ctx), func(n *corev1.Node) { n.Labels["zone"] = "b" })
+				}, msgOtherNode},
+				{"removing another taint", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: other.Key}})
+					})
+				}, msgTaintsOnly},
+				{"adding a taint", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/new", Effect: corev1.TaintEffectNoSchedule})
+					})
+				}, msgTaintsOnly},
+				{"re-adding its own startup taint", func(ctx context.Context, c client.Client, own string) error {
+					if err := patchNode(ctx, k8sClient, own, removeStartup); err != nil {
+						return err
+					}
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, startupTaint(a.taints[0])) })
+				}, msgTaintsOnly},
+				{"changing a taint's effect", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.Taints[0].Effect = corev1.TaintEffectPreferNoSchedule })
+				}, msgTaintsOnly},
+				{"changing a taint's value", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.Taints[len(n.Spec.Taints)-1].Value = "changed" })
+				}, msgTaintsOnly},
+				{"changing a label", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { removeStartup(n); n.Labels["zone"] = "b" })
+				}, msgMetadata},
+				{"changing an annotation", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { removeStartup(n); n.Annotations["extra"] = "x" })
+				}, msgMetadata},
+				{"setting metadata.generateName", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.GenerateName = "forged-" })
+				}, msgMetadata},
+				{"adding a finalizer", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Finalizers = append(n.Finalizers, "example.com/hold") })
+				}, msgMetadata},
+				{"handing a server-side apply manager ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+							Manager: "applier", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+							FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
+						})
+					})
+				}, msgOwnership},
+				{"cordoning the node", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+				}, msgSpec},
+				{"setting podCIDR", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.PodCIDR = "10.0.0.0/24" })
+				}, msgSpec},
+				{"setting providerID", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.ProviderID = "example://x" })
+				}, msgSpec},
+				{"setting spec.podPreemptionPolicy (a field the policy does not name)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.Spec.PodPreemptionPolicy = &corev1.NodePodPreemptionPolicy{DisableResizePreemption: []string{"example.com/autoscaler"}}
+					})
+				}, msgSpec},
+				{"writing the status", func(ctx context.Context, c client.Client, own string) error {
+					node := &corev1.Node{}
+					if err := k8sClient.Get(ctx, client.ObjectKey{Name: own}, node); err != nil {
+						return err
+					}
+					orig := node.DeepCopy()
+					node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{
+						Type: "Example", Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
+					return c.Status().Patch(ctx, node, client.MergeFrom(orig))
+				}, msgRBAC},
+				{"deleting the node", func(ctx context.Context, c client.Client, own string) error {
+					return c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: own}})
+				}, msgRBAC},
+				{"creating a node", func(ctx context.Context, c client.Client, own string) error {
+					node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: own + "-twin"}}
+					err := c.Create(ctx, node)
+					if err == nil {
+						DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+					}
+					return err
+				}, msgRBAC},
+				{"recording an event about another object", func(ctx context.Context, c client.Client, own string) error {
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault,
+						corev1.ObjectReference{Kind: "Pod", Namespace: metav1.NamespaceDefault, Name: "victim"}), client.DryRunAll)
+				}, msgEvents},
+				{"recording an event about another Node", func(ctx context.Context, c client.Client, own string) error {
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own + "-other"}), client.DryRunAll)
+				}, msgEvents},
+				{"recording an event in another namespace", func(ctx context.Context, c client.Client, own string) error {
+					return c.Create(ctx, nodeEvent(own, "kube-public", corev1.ObjectReference{Kind: "Pod", Namespace: "kube-public", Name: "victim"}), client.DryRunAll)
+				}, msgEvents},
+			}
+
+			for _, req := range requests {
+				It("denies the agent "+req.name, func(ctx SpecContext) {
+					own := newNode(ctx)
+					err := req.do(ctx, asAgent(own), own)
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+					Expect(err.Error()).To(ContainSubstring(req.denial))
+				})
+				It("lets an admin "+req.name, func(ctx SpecContext) {
+					own := newNode(ctx)
+					Expect(req.do(ctx, k8sClient, own)).To(Succeed())
+				})
+			}
+
+			It("honours the effect of a startup taint configured as KEY:EFFECT", func(ctx SpecContext) {
+				for _, spec := range a.taints {
+					if spec.Effect == "" {
+						continue
+					}
+					wrong := corev1.Taint{Key: spec.Key, Effect: corev1.TaintEffectPreferNoSchedule}
+					own := newNode(ctx, wrong)
+					err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: spec.Key}})
+					})
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+					Expect(err.Error()).To(ContainSubstring(msgTaintsOnly))
+					Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed(), "the configured effect goes")
+				}
+			})
+
+			It("denies the agent's own removal without the node-name claim, and allows it with the claim", func(ctx SpecContext) {
+				own := newNode(ctx)
+				err := patchNode(ctx, impersonating(a.user, a.groups, ""), own, removeStartup)
+				Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+				Expect(err.Error()).To(ContainSubstring(msgNoNodeClaim))
+				Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed())
+			})
+
+			It("lets the agent record events about its own Node", func(ctx SpecContext) {
+				own := newNode(ctx)
+				event := nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own})
+				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(Succeed())
+				event = nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own})
+				event.ReportingController = "kubelet"
+				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(MatchError(ContainSubstring("may only record events as the startup-taint-remover")))
+			})
+
+			It("keeps judging the agent while it also holds another role that grants nodes patch (a driver chart's own)", func(ctx SpecContext) {
+				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-driver-own-role"},
+					Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch", "update"}}}}
+				binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-driver-own-binding"},
+					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+					Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: a.serviceAccount, Namespace: a.namespace}}}
+				Expect(k8sClient.Create(ctx, role)).To(Succeed())
+				Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+				DeferCleanup(func(ctx SpecContext) {
+					Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
+					Expect(k8sClient.Delete(ctx, role)).To(Succeed())
+				})
+				own := newNode(ctx)
+				err := patchNode(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) { n.Labels["zone"] = "b" })
+				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)))
+				Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed())
+			})
+
+			It("never blocks a kubelet's or an admin's Node writes while it is installed", func(ctx SpecContext) {
+				nodeWritesWork(ctx, prefix+"-installed")
+			})
+
+			It("uninstalls (make undeploy, a namespace deletion) without ever blocking Node writes, and then judges no one", func(ctx SpecContext) {
+				uninstall(ctx, objs, prefix+"-uninstall")
+				own := newNode(ctx)
+				Eventually(func(g Gomega) {
+					err := patchNode(ctx, asAgent(own), own, removeStartup)
+					g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent keeps no rights, got %v", err)
+					g.Expect(err.Error()).To(ContainSubstring(msgRBAC))
+					g.Expect(err.Error()).NotTo(ContainSubstring(controllers.PolicyMessagePrefix))
+				}).Should(Succeed())
+			})
+		})
+	}
+})
+
+var _ = Describe("the confinement check, with no policy judging the agent", func() {
+	newUnconfinedNode := func(ctx context.Context, name string) *corev1.Node {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) })
+		return node
+	}
+	specs := []controllers.TaintSpec{{Key: "example.com/agent-not-ready"}}
+
+	It("finds an admin not confined, warns with an event, and keeps working", func(ctx SpecContext) {
+		node := newUnconfinedNode(ctx, "unconfined-node")
+		metrics.Confined.Set(1)
+		done := startAgent(cfg, node.Name, specs, controllers.NewConfinementCheck(false))
+		Eventually(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
+			g.Expect(list.Items).To(ContainElement(And(
+				HaveField("Reason", controllers.ReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Regarding.Name", node.Name))))
+		}).Should(Succeed())
+		Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(0.0))
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
+			g.Expect(controllers.MatchingTaints(node.Spec.Taints, specs)).To(BeEmpty())
+		}).Should(Succeed())
+		Expect(node.Labels).NotTo(HaveKey(controllers.ConfinementProbeLabel), "the check is a dry run")
+		Consistently(done, "200ms").ShouldNot(Receive())
+	})
+
+	It("stops the agent before it removes anything when confinement is required", func(ctx SpecContext) {
+		node := newUnconfinedNode(ctx, "unconfined-required-node")
+		done := startAgent(cfg, node.Name, specs, controllers.NewConfinementCheck(true))
+		var err error
+		Eventually(done).Should(Receive(&err))
+		Expect(err).To(MatchError(ContainSubstring("no admission policy confines this agent")))
+		Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(0.0))
+	})
+
+	It("cannot tell for an identity that may not write Nodes at all", func(ctx SpecContext) {
+		user, groups := serviceAccount("nowhere", "nobody")
+		check := &controllers.ConfinementCheck{Client: impersonating(user, groups, "n"), NodeName: "n"}
+		outcome, _, err := check.Check(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome).To(Equal(controllers.CannotWrite))
+	})
+})
+
+// nodeEvent is an event as the agent on node records it, in namespace, about regarding.
+func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-", Namespace: namespace},
+		EventTime:  metav1.NowMicro(), ReportingController: controllers.EventSource, ReportingInstance: node,
+		Action: "RemoveTaint", Reason: controllers.ReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
+	}
+}
+
+// alwaysReady is a gate that always passes: these tests are about what the agent may write.
+type alwaysReady struct{}
+
+func (alwaysReady) Name() string                { return "test" }
+func (alwaysReady) Probe(context.Context) error { return nil }
