@@ -135,19 +135,15 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		return fmt.Errorf("creating the discovery client: %w", err)
 	}
 	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), discovery: disco}
-	cacheOpts := controllers.CacheOptions(opts.nodeName)
-	cacheOpts.DefaultWatchErrorHandler = conn.watchError
-
 	shutdown := 2 * time.Second
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   cacheOpts,
-		MapperProvider:          controllers.RESTMapper,
-		Metrics:                 metricsOpts,
-		HealthProbeBindAddress:  opts.probeAddr,
-		PprofBindAddress:        opts.pprofAddr,
-		GracefulShutdownTimeout: &shutdown,
-	})
+	mgrOpts := controllers.ManagerOptions(opts.nodeName)
+	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
+	mgrOpts.Scheme = scheme
+	mgrOpts.Metrics = metricsOpts
+	mgrOpts.HealthProbeBindAddress = opts.probeAddr
+	mgrOpts.PprofBindAddress = opts.pprofAddr
+	mgrOpts.GracefulShutdownTimeout = &shutdown
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}

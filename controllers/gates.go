@@ -40,7 +40,7 @@ type CSIGate struct {
 
 	mu         sync.Mutex
 	driverName string
-	ready      bool
+	answered   bool
 }
 
 // NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. Each probe
@@ -66,18 +66,36 @@ func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 func (g *CSIGate) Name() string { return "csi" }
 
 // Probe implements Gate. The driver is ready when Probe succeeds and its ready field is true or
-// unset (the CSI spec reads unset as ready) and its name is known.
+// unset (the CSI spec reads unset as ready). Its name is asked before that, as soon as it answers
+// at all, so the taint it names is known, and reported, while the driver is still not ready.
 func (g *CSIGate) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	err := g.probe(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ready = err == nil
+	// A driver that answered, ready or not, keeps its name; one that did not is asked again when
+	// it answers, as a restarted socket may be served by a different driver build.
+	g.answered = err == nil || errors.Is(err, errNotReady)
 	return err
 }
 
 func (g *CSIGate) probe(ctx context.Context) error {
+	g.mu.Lock()
+	known := g.answered && g.driverName != ""
+	g.mu.Unlock()
+	if !known {
+		info, err := g.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+		if err != nil {
+			return fmt.Errorf("CSI GetPluginInfo on %s: %w", g.address, err)
+		}
+		if info.GetName() == "" {
+			return fmt.Errorf("CSI GetPluginInfo on %s: driver returned an empty name", g.address)
+		}
+		g.mu.Lock()
+		g.driverName = info.GetName()
+		g.mu.Unlock()
+	}
 	resp, err := g.identity.Probe(ctx, &csi.ProbeRequest{})
 	if err != nil {
 		return fmt.Errorf("CSI Probe on %s: %w", g.address, err)
@@ -85,24 +103,6 @@ func (g *CSIGate) probe(ctx context.Context) error {
 	if r := resp.GetReady(); r != nil && !r.GetValue() {
 		return fmt.Errorf("CSI Probe on %s: %w", g.address, errNotReady)
 	}
-	g.mu.Lock()
-	known := g.ready && g.driverName != ""
-	g.mu.Unlock()
-	if known {
-		return nil
-	}
-	// Ask for the name on every not-ready to ready transition: a restarted socket may be served
-	// by a different driver build, and the call is cheap.
-	info, err := g.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
-	if err != nil {
-		return fmt.Errorf("CSI GetPluginInfo on %s: %w", g.address, err)
-	}
-	if info.GetName() == "" {
-		return fmt.Errorf("CSI GetPluginInfo on %s: driver returned an empty name", g.address)
-	}
-	g.mu.Lock()
-	g.driverName = info.GetName()
-	g.mu.Unlock()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"k8s.io/utils/clock"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -48,7 +50,7 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = gate.Close() }()
-	p := newProber([]Gate{gate}, time.Hour, "n1")
+	p := newProber([]Gate{gate}, time.Hour, "n1", clock.RealClock{})
 	ctx := context.Background()
 
 	probe := func(want string) {
@@ -123,5 +125,25 @@ func TestHTTPGate(t *testing.T) {
 	}
 	if err := NewHTTPGate("http://127.0.0.1:1/healthz", 100*time.Millisecond).Probe(ctx); reasonClass(err) != reasonUnavailable {
 		t.Fatalf("refused: err = %v, class %q", err, reasonClass(err))
+	}
+}
+
+func TestCSIGateLearnsTheDriverNameBeforeTheDriverIsReady(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "csi.sock")
+	driver, err := fakecsi.Start(path, "example.csi.k8s.io", fakecsi.NotReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Stop()
+	gate, err := NewCSIGate(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gate.Close() }()
+	if err := gate.Probe(context.Background()); !errors.Is(err, errNotReady) {
+		t.Fatalf("Probe() = %v, want not ready", err)
+	}
+	if got := gate.DriverName(); got != "example.csi.k8s.io" {
+		t.Fatalf("DriverName() = %q while the driver is not ready, want its name", got)
 	}
 }

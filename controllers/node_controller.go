@@ -13,12 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -39,9 +39,6 @@ const DefaultProbeInterval = time.Second
 
 // MaxRetryInterval caps the backoff between retries of a failing removal.
 const MaxRetryInterval = 5 * time.Minute
-
-// gateCSINode names the CSINode registration gate in logs, events and metrics.
-const gateCSINode = "csinode"
 
 // cacheSyncTimeout is, in effect, forever; shutdown still cancels the wait.
 const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
@@ -103,8 +100,12 @@ type NodeReconciler struct {
 	// manager and fills in its empty fields from the reconciler's.
 	Confinement *ConfinementCheck
 
-	prober *prober
-	state  nodeState
+	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
+	Clock clock.WithTicker
+
+	prober  *prober
+	csiNode *csiNodeGate
+	state   nodeState
 }
 
 // CacheOptions restricts a manager's cache to the named node's Node and CSINode, so the cost of
@@ -115,6 +116,12 @@ func CacheOptions(nodeName string) cache.Options {
 		&corev1.Node{}:       byName,
 		&storagev1.CSINode{}: byName,
 	}}
+}
+
+// ManagerOptions are the options the binary runs its manager with: a cache of this node's objects
+// only and the static RESTMapper. Callers add their scheme, endpoints and logger.
+func ManagerOptions(nodeName string) ctrl.Options {
+	return ctrl.Options{Cache: CacheOptions(nodeName), MapperProvider: RESTMapper}
 }
 
 // RESTMapper knows the few kinds this controller touches. A manager that serves only this
@@ -142,16 +149,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder(EventSource)
 	}
-	interval := r.ProbeInterval
-	if interval <= 0 {
-		interval = DefaultProbeInterval
-	}
-	var gates []Gate
-	if r.CSI != nil {
-		gates = append(gates, r.CSI)
-	}
-	gates = append(gates, r.Gates...)
-	r.prober = newProber(gates, interval, r.NodeName)
+	r.build()
 	if err := mgr.Add(r.prober); err != nil {
 		return fmt.Errorf("adding the readiness prober: %w", err)
 	}
@@ -164,6 +162,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		if c.Recorder == nil {
 			c.Recorder = r.Recorder
+		}
+		if c.Clock == nil {
+			c.Clock = r.Clock
 		}
 		if err := mgr.Add(c); err != nil {
 			return fmt.Errorf("adding the confinement check: %w", err)
@@ -180,12 +181,35 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// A node agent waits for the API server however long it is away; giving up after the
 			// default two minutes would make the pod exit and crash-loop through an outage.
 			CacheSyncTimeout: cacheSyncTimeout,
+			// The reconciler's state of its one Node assumes one worker; set it here, so a
+			// manager's defaults cannot raise it.
+			MaxConcurrentReconciles: 1,
 		})
 	if r.RequireCSINode {
 		// The CSINode shares its Node's name, so its events map to that Node's request.
 		b = b.Watches(&storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(thisNode))
 	}
 	return b.Complete(r)
+}
+
+// build makes the reconciler's parts from its fields, once Client and Recorder are set.
+func (r *NodeReconciler) build() {
+	interval := r.ProbeInterval
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	var gates []Gate
+	if r.CSI != nil {
+		gates = append(gates, r.CSI)
+	}
+	gates = append(gates, r.Gates...)
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.prober = newProber(gates, interval, r.NodeName, r.Clock)
+	if r.RequireCSINode {
+		r.csiNode = &csiNodeGate{reader: r.Client, node: r.NodeName, driver: r.CSI.DriverName, requireAllocatable: r.RequireAllocatable}
+	}
 }
 
 func (r *NodeReconciler) validate() error {
@@ -234,268 +258,76 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 // confines these events to the agent's own Node instead.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile removes the startup taints from the node when all readiness gates pass.
+// Reconcile removes the startup taints from the node when all readiness gates pass: observe the
+// taints, check the gates, patch, report.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	specs := r.taintSpecs()
 	if len(specs) == 0 {
-		logger.V(4).Info("waiting for the CSI driver's name to know its startup taint")
+		log.FromContext(ctx).V(4).Info("waiting for the CSI driver's name to know its startup taint")
 		return ctrl.Result{}, nil
 	}
-	st := &r.state
-	if st.uid != node.UID {
-		// A new Node under this name (re-registered): its history starts afresh.
-		*st = nodeState{uid: node.UID}
-	}
-	now := time.Now()
-	held := r.observeTaints(ctx, node, specs, now)
+	now := r.Clock.Now()
+	obs := r.state.observe(node, specs, now)
+	r.reportObservation(ctx, specs, obs)
 
-	notReady, readySince := r.notReady(ctx, now)
-	if len(held) == 0 {
-		logger.V(4).Info("no startup taint on the node")
+	notReady, readySince := r.checkGates(ctx, now)
+	if len(obs.held) == 0 {
 		return ctrl.Result{}, nil
 	}
 	if notReady != nil {
 		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile.
-		r.waiting(ctx, node, notReady)
+		r.reportWaiting(ctx, node, notReady, r.state.firstWait(notReady))
 		return ctrl.Result{}, nil
 	}
 
 	removed, err := r.removeTaints(ctx, node, specs)
 	if err != nil {
-		return r.removalFailed(ctx, node, specsSelecting(held, specs), err)
+		f := r.state.recordFailure(failureClass(err))
+		r.reportFailure(ctx, node, specsSelecting(obs.held, specs), f, err)
+		if f.result != metrics.ResultForbidden {
+			return ctrl.Result{}, err
+		}
+		// A forbidden patch does not heal by itself: it is retried on a backoff of its own,
+		// without the log line controller-runtime writes for every returned error.
+		return ctrl.Result{RequeueAfter: f.retryAfter}, nil
 	}
-	if st.failure == metrics.ResultForbidden {
-		r.permissionsChanged()
-	}
-	st.failure, st.retryAfter = "", 0
 	if len(removed) == 0 {
 		return ctrl.Result{}, nil // already gone, or the Node was deleted meanwhile
 	}
-	r.removed(ctx, node, removed, specsSelecting(removed, specs), maxTime(readySince, st.heldSince))
+	r.reportRemoval(ctx, node, r.state.recordRemoval(node, removed, specsSelecting(removed, specs), readySince, r.Clock.Now()))
 	return ctrl.Result{}, nil
 }
 
-// nodeState is what the reconciler remembers about its Node between reconciles. Only the single
-// worker of this controller touches it.
-type nodeState struct {
-	uid types.UID
-	// present is, by taint spec, whether it was on the node at the last reconcile.
-	present map[string]bool
-	// removedBefore holds the specs this pod has removed from this Node at least once.
-	removedBefore map[string]bool
-	// readded holds the specs that came back since their last removal.
-	readded map[string]bool
-	// heldSince is when a startup taint was first seen in the current episode.
-	heldSince time.Time
-	// firstRemovalDone is set once this Node's first removal has been measured.
-	firstRemovalDone bool
-	// csinodeSince is when the CSINode gate was first seen passing; zero while it does not.
-	csinodeSince time.Time
-	// csinodeReason is the CSINode gate's last result ("passes" or a reason class), to log only changes.
-	csinodeReason string
-	// waitEvents holds the gate and reason classes already sent as events in this episode, so a
-	// flapping driver cannot cause an event storm.
-	waitEvents map[string]bool
-	// failure is the last removal failure class, to report only changes; retryAfter is the
-	// current backoff for failures that a retry does not cure by itself.
-	failure    string
-	retryAfter time.Duration
-}
-
-// observeTaints records which configured taints are on the node, counts the ones that came back
-// after this pod removed them, and returns the matching taints.
-func (r *NodeReconciler) observeTaints(ctx context.Context, node *corev1.Node, specs []TaintSpec, now time.Time) []corev1.Taint {
-	st := &r.state
-	if st.present == nil {
-		st.present, st.removedBefore, st.readded, st.waitEvents = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
-	}
-	held := MatchingTaints(node.Spec.Taints, specs)
-	for _, spec := range specs {
-		key := spec.String()
-		present := len(MatchingTaints(node.Spec.Taints, []TaintSpec{spec})) > 0
-		if present && !st.present[key] && st.removedBefore[key] {
-			log.FromContext(ctx).Info("startup taint came back", "taint", key)
-			metrics.Readded.WithLabelValues(key).Inc()
-			st.readded[key] = true
-		}
-		st.present[key] = present
-		metrics.Present.WithLabelValues(key).Set(boolToFloat(present))
-	}
-	switch {
-	case len(held) == 0:
-		st.heldSince = time.Time{}
-	case st.heldSince.IsZero():
-		st.heldSince = now
-	}
-	return held
-}
-
-// notReady returns the first gate that does not pass, or nil and the time since when all pass.
+// checkGates returns the first gate that does not pass, or nil and the time since when all pass.
 // It evaluates every gate, so the gate metrics stay current.
-func (r *NodeReconciler) notReady(ctx context.Context, now time.Time) (*gateError, time.Time) {
+func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateError, time.Time) {
 	local, since := r.prober.notReady()
-	if !r.RequireCSINode {
+	if r.csiNode == nil {
 		return local, since
 	}
-	csiNodeErr := r.csiNodeRegistered(ctx)
-	st := &r.state
-	reason := "passes"
-	if csiNodeErr != nil {
-		reason = csiNodeErr.reason
-	}
-	if reason != st.csinodeReason {
-		// Logged on change only, like the local gates' results in the prober.
-		if csiNodeErr == nil {
-			log.FromContext(ctx).Info("readiness gate passes", "gate", gateCSINode)
-		} else {
-			log.FromContext(ctx).Info("readiness gate does not pass", "gate", gateCSINode, "reason", reason, "detail", csiNodeErr.err.Error())
-		}
-		st.csinodeReason = reason
-	}
-	if csiNodeErr != nil {
-		metrics.GateReady.WithLabelValues(gateCSINode).Set(0)
-		st.csinodeSince = time.Time{}
-	} else {
-		metrics.GateReady.WithLabelValues(gateCSINode).Set(1)
-		if st.csinodeSince.IsZero() {
-			st.csinodeSince = now
-		}
-	}
+	csiNodeErr, csiNodeSince := r.csiNode.check(ctx, now)
 	switch {
 	case local != nil:
 		return local, time.Time{}
 	case csiNodeErr != nil:
 		return csiNodeErr, time.Time{}
 	}
-	return nil, maxTime(since, st.csinodeSince)
+	return nil, maxTime(since, csiNodeSince)
 }
 
-// csiNodeRegistered checks that kubelet has listed the CSI driver in this node's CSINode.
-func (r *NodeReconciler) csiNodeRegistered(ctx context.Context) *gateError {
-	driver := r.CSI.DriverName()
-	if driver == "" {
-		return &gateError{gate: gateCSINode, reason: reasonNotProbed, err: errors.New("the CSI driver has not told its name yet")}
-	}
-	csiNode := &storagev1.CSINode{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, csiNode); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &gateError{gate: gateCSINode, reason: reasonNotRegistered, err: fmt.Errorf("CSINode %s does not exist yet", r.NodeName)}
-		}
-		return &gateError{gate: gateCSINode, reason: reasonError, err: fmt.Errorf("reading CSINode %s: %w", r.NodeName, err)}
-	}
-	for _, d := range csiNode.Spec.Drivers {
-		if d.Name != driver {
-			continue
-		}
-		if r.RequireAllocatable && (d.Allocatable == nil || d.Allocatable.Count == nil) {
-			return &gateError{gate: gateCSINode, reason: reasonNoAllocatable,
-				err: fmt.Errorf("CSINode %s: driver %s has no allocatable count yet", r.NodeName, driver)}
-		}
-		return nil
-	}
-	return &gateError{gate: gateCSINode, reason: reasonNotRegistered,
-		err: fmt.Errorf("CSINode %s does not list driver %s yet", r.NodeName, driver)}
-}
-
-// waiting reports a gate that holds the taint with an event, the first time each gate and reason
-// class holds it in this episode, so a flapping driver cannot cause an event storm. The gates log
-// their own changes.
-func (r *NodeReconciler) waiting(ctx context.Context, node *corev1.Node, gerr *gateError) {
-	log.FromContext(ctx).V(4).Info("holding startup taints", "gate", gerr.gate, "reason", gerr.reason)
-	st := &r.state
-	if gerr.reason == reasonNotProbed || st.waitEvents[gerr.key()] {
-		return
-	}
-	st.waitEvents[gerr.key()] = true
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWaitingForDriver, "WaitForReadiness",
-		"Holding startup taints: %s", gerr.Error())
-}
-
-// removed records a successful removal of the taints that specs selected: metrics, an event and a
-// log line.
-func (r *NodeReconciler) removed(ctx context.Context, node *corev1.Node, removed []corev1.Taint, specs []TaintSpec, readySince time.Time) {
-	st := &r.state
-	now := time.Now()
-	names := taintStrings(removed)
-	again := false
-	for _, spec := range specs {
-		key := spec.String()
-		metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
-		metrics.Present.WithLabelValues(key).Set(0)
-		again = again || st.readded[key]
-		st.present[key], st.removedBefore[key], st.readded[key] = false, true, false
-	}
-	if !readySince.IsZero() {
-		metrics.ReadyToRemovedSeconds.Observe(now.Sub(readySince).Seconds())
-	}
-	logger := log.FromContext(ctx)
-	switch {
-	case again:
-		held := now.Sub(st.heldSince).Round(time.Millisecond)
-		logger.Info("removed startup taints again", "taints", names, "heldFor", held.String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemovedAgain, "RemoveTaint",
-			"Startup taints %v came back and were removed again after %s", names, held)
-	default:
-		sinceCreation := now.Sub(node.CreationTimestamp.Time)
-		if !st.firstRemovalDone {
-			metrics.RemovalSeconds.Observe(sinceCreation.Seconds())
-			st.firstRemovalDone = true
-		}
-		logger.Info("removed startup taints", "taints", names, "sinceNodeCreation", sinceCreation.Round(time.Millisecond).String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemoved, "RemoveTaint",
-			"Removed startup taints %v, %s after the node was created", names, sinceCreation.Round(time.Second))
-	}
-	st.heldSince = time.Time{}
-	clear(st.waitEvents)
-}
-
-// removalFailed reports a failed removal of the taints that specs selected, once per failure
-// class, and decides the retry. A
-// forbidden patch does not heal by itself, so it is retried on a backoff of its own, without the
-// log line controller-runtime writes for every returned error; other errors are returned.
-func (r *NodeReconciler) removalFailed(ctx context.Context, node *corev1.Node, specs []TaintSpec, err error) (ctrl.Result, error) {
-	st := &r.state
-	result := metrics.ResultError
+// failureClass sorts a failed patch into a metrics.Result* class.
+func failureClass(err error) string {
 	switch {
 	case apierrors.IsConflict(err):
-		result = metrics.ResultConflict // each conflict was counted as it happened
+		return metrics.ResultConflict
 	case apierrors.IsForbidden(err):
-		result = metrics.ResultForbidden
+		return metrics.ResultForbidden
 	}
-	if result != metrics.ResultConflict {
-		for _, spec := range specs {
-			metrics.Removals.WithLabelValues(spec.String(), result).Inc()
-		}
-	}
-	if st.failure != result {
-		if result == metrics.ResultForbidden {
-			r.permissionsChanged()
-		}
-		st.failure = result
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint",
-			"Could not remove startup taints: %v", err)
-		if result == metrics.ResultForbidden {
-			log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
-		}
-	}
-	if result != metrics.ResultForbidden {
-		return ctrl.Result{}, err
-	}
-	st.retryAfter = min(max(2*st.retryAfter, time.Second), MaxRetryInterval)
-	return ctrl.Result{RequeueAfter: st.retryAfter}, nil
-}
-
-// permissionsChanged asks for a new confinement check: a patch that was allowed is now forbidden,
-// or the other way round.
-func (r *NodeReconciler) permissionsChanged() {
-	if r.Confinement != nil {
-		r.Confinement.Recheck()
-	}
+	return metrics.ResultError
 }
 
 // removeTaints patches the matching taints away and returns the ones it removed. A taint that is
@@ -517,6 +349,11 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 			removed = nil
 			return nil
 		}
+		// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[RemovedAnnotation] = withRemoved(orig, specsSelecting(orig.Spec.Taints, specs))
 		// A merge patch replaces the whole taint list; the resourceVersion lock makes it fail
 		// instead of dropping a taint another writer added since we read the Node.
 		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),

@@ -14,17 +14,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
-
-// patientRetry outlasts the conflicts of the racing writers in these tests.
-var patientRetry = wait.Backoff{Steps: 100, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
 
 var _ = Describe("NodeReconciler", func() {
 	var (
@@ -218,18 +214,12 @@ var _ = Describe("NodeReconciler", func() {
 				defer wg.Done()
 				for i := range writes {
 					key := fmt.Sprintf("writer.example.com/t%d", i%7)
-					Expect(retry.RetryOnConflict(patientRetry, func() error {
-						node := &corev1.Node{}
-						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-							return err
-						}
-						orig := node.DeepCopy()
+					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 						if writerState[key] {
 							node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
 						} else {
 							node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
 						}
-						return k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 					})).To(Succeed())
 					writerState[key] = !writerState[key]
 				}
@@ -239,17 +229,10 @@ var _ = Describe("NodeReconciler", func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				for range 30 {
-					Expect(retry.RetryOnConflict(patientRetry, func() error {
-						node := &corev1.Node{}
-						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-							return err
+					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+						if len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) == 0 {
+							node.Spec.Taints = append(node.Spec.Taints, startupTaint)
 						}
-						if len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) > 0 {
-							return nil
-						}
-						orig := node.DeepCopy()
-						node.Spec.Taints = append(node.Spec.Taints, startupTaint)
-						return k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 					})).To(Succeed())
 					readds.Add(1)
 					time.Sleep(20 * time.Millisecond)

@@ -14,38 +14,40 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
-
-// readyGate always passes.
-type readyGate struct{}
-
-func (readyGate) Name() string                { return "test" }
-func (readyGate) Probe(context.Context) error { return nil }
 
 var (
 	startup = corev1.Taint{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
 	foreign = corev1.Taint{Key: "example.com/foreign", Effect: corev1.TaintEffectNoSchedule}
 )
 
-// newTestReconciler returns a reconciler whose local gate has passed, backed by c.
-func newTestReconciler(t *testing.T, c client.Client) *NodeReconciler {
+// newTestReconciler returns a reconciler whose local gates have been probed once, backed by c,
+// with gates (one that passes when none is given).
+func newTestReconciler(t *testing.T, c client.Client, gates ...Gate) *NodeReconciler {
 	t.Helper()
+	if len(gates) == 0 {
+		gates = []Gate{expectations.AlwaysReady{}}
+	}
 	r := &NodeReconciler{
 		Client:    c,
 		APIReader: c,
 		NodeName:  "n1",
 		Taints:    []TaintSpec{{Key: startup.Key}},
-		Gates:     []Gate{readyGate{}},
+		Gates:     gates,
 		Recorder:  events.NewFakeRecorder(100),
+		Clock:     clocktesting.NewFakeClock(testStart),
 	}
 	if err := r.validate(); err != nil {
 		t.Fatal(err)
 	}
-	r.prober = newProber(r.Gates, DefaultProbeInterval, r.NodeName)
+	r.build()
 	r.prober.probeOnce(context.Background())
 	return r
 }
@@ -149,9 +151,8 @@ func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()
 	gate := &flipGate{err: errNotReady}
 	recorder := events.NewFakeRecorder(1000)
-	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: []TaintSpec{{Key: startup.Key}},
-		Gates: []Gate{readyGate{}, gate}, Recorder: recorder}
-	r.prober = newProber(r.Gates, DefaultProbeInterval, r.NodeName)
+	r := newTestReconciler(t, c, expectations.AlwaysReady{}, gate)
+	r.Recorder = recorder
 	for i := range 100 {
 		// Alternate between two reasons for waiting, never letting the taint go.
 		if i%2 == 0 {

@@ -11,12 +11,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -52,13 +52,8 @@ func eventOccurrences(g Gomega, ctx context.Context, nodeName string) int {
 }
 
 func readdTaint(ctx context.Context, nodeName string, t corev1.Taint) {
-	ExpectWithOffset(1, retry.RetryOnConflict(patientRetry, func() error {
-		node := &corev1.Node{}
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-			return err
-		}
+	ExpectWithOffset(1, expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 		node.Spec.Taints = append(node.Spec.Taints, t)
-		return k8sClient.Update(ctx, node)
 	})).To(Succeed())
 }
 
@@ -130,6 +125,39 @@ var _ = Describe("Observability", func() {
 			"startup_taint_build_info")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lint).To(BeEmpty())
+	})
+
+	It("closes an episode another writer ended: the taint's return is reported afresh", func(ctx SpecContext) {
+		createNode(ctx, nodeName, startupTaint)
+		registerDriver(ctx, nodeName, nil)
+		driver := startDriver(fakecsi.NotReady)
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
+		waits := func(g Gomega) int {
+			n := 0
+			list := &eventsv1.EventList{}
+			g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+			for _, e := range list.Items {
+				if e.Regarding.Name == nodeName && e.Reason == controllers.ReasonWaitingForDriver {
+					n++
+					if e.Series != nil {
+						n += int(e.Series.Count) - 1
+					}
+				}
+			}
+			return n
+		}
+		Eventually(waits).Should(Equal(1))
+		present := metrics.Present.WithLabelValues(startupTaint.Key)
+
+		By("another writer removing the taint, and the agent seeing it gone")
+		Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(n *corev1.Node) {
+			n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})
+		})).To(Succeed())
+		Eventually(func() float64 { return testutil.ToFloat64(present) }).Should(BeZero())
+
+		By("the taint coming back while the driver is still not ready")
+		readdTaint(ctx, nodeName, startupTaint)
+		Eventually(waits).Should(Equal(2))
 	})
 
 	It("records a bounded number of events while a driver flaps 50 times", func(ctx SpecContext) {

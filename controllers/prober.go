@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -19,7 +20,9 @@ type prober struct {
 	gates    []Gate
 	interval time.Duration
 	node     string
+	clock    clock.WithTicker
 	events   chan event.GenericEvent
+	logs     []gateLog // parallel to gates; only the probing goroutine touches them
 
 	mu         sync.RWMutex
 	status     []*gateError // nil where the gate passes; parallel to gates
@@ -27,26 +30,28 @@ type prober struct {
 	readySince time.Time // when every local gate last started passing; zero while one does not
 }
 
-func newProber(gates []Gate, interval time.Duration, node string) *prober {
+func newProber(gates []Gate, interval time.Duration, node string, clk clock.WithTicker) *prober {
 	return &prober{
 		gates:    gates,
 		interval: interval,
 		node:     node,
+		clock:    clk,
 		// One pending event is enough: the reconcile it causes reads the latest status.
 		events: make(chan event.GenericEvent, 1),
+		logs:   make([]gateLog, len(gates)),
 	}
 }
 
 // Start implements manager.Runnable.
 func (p *prober) Start(ctx context.Context) error {
-	ticker := time.NewTicker(p.interval)
+	ticker := p.clock.NewTicker(p.interval)
 	defer ticker.Stop()
 	for {
 		p.probeOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }
@@ -58,12 +63,12 @@ func (p *prober) probeOnce(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("node", p.node)
 	next := make([]*gateError, len(p.gates))
 	for i, g := range p.gates {
-		start := time.Now()
+		start := p.clock.Now()
 		err := g.Probe(ctx)
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing about the agent
 		}
-		metrics.ProbeDuration.WithLabelValues(g.Name()).Observe(time.Since(start).Seconds())
+		metrics.ProbeDuration.WithLabelValues(g.Name()).Observe(p.clock.Since(start).Seconds())
 		if err != nil {
 			next[i] = &gateError{gate: g.Name(), reason: reasonClass(err), err: err}
 			metrics.ProbeErrors.WithLabelValues(g.Name(), next[i].reason).Inc()
@@ -74,7 +79,6 @@ func (p *prober) probeOnce(ctx context.Context) {
 	}
 
 	p.mu.Lock()
-	prev, first := p.status, !p.probed
 	p.status, p.probed = next, true
 	allReady := true
 	for _, s := range next {
@@ -84,26 +88,13 @@ func (p *prober) probeOnce(ctx context.Context) {
 	case !allReady:
 		p.readySince = time.Time{}
 	case p.readySince.IsZero():
-		p.readySince = time.Now()
+		p.readySince = p.clock.Now()
 	}
 	p.mu.Unlock()
 
-	changed := first
+	changed := false
 	for i, s := range next {
-		var before *gateError
-		if !first {
-			before = prev[i]
-		}
-		switch {
-		case s == nil && (first || before != nil):
-			logger.Info("readiness gate passes", "gate", p.gates[i].Name())
-			changed = true
-		case s != nil && (first || before == nil || before.reason != s.reason):
-			logger.Info("readiness gate does not pass", "gate", s.gate, "reason", s.reason, "detail", s.err.Error())
-			changed = true
-		default:
-			logger.V(4).Info("readiness gate unchanged", "gate", p.gates[i].Name(), "ready", s == nil)
-		}
+		changed = p.logs[i].update(logger, p.gates[i].Name(), s) || changed
 	}
 	if !changed {
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -37,6 +38,33 @@ func (e *gateError) Unwrap() error { return e.err }
 // key identifies the state for deduplicating logs and events.
 func (e *gateError) key() string { return e.gate + "/" + e.reason }
 
+// gateLog logs a gate's result when it changes: when the gate starts or stops passing or its
+// reason class changes, never for a repeated result, so a probe every second writes no lines.
+type gateLog struct {
+	known  bool
+	reason string // "" while the gate passes
+}
+
+// update records gerr (nil when the gate passes), logs it if it differs from the last result, and
+// reports whether it did.
+func (l *gateLog) update(logger logr.Logger, gate string, gerr *gateError) bool {
+	reason := ""
+	if gerr != nil {
+		reason = gerr.reason
+	}
+	if l.known && reason == l.reason {
+		logger.V(4).Info("readiness gate unchanged", "gate", gate, "ready", gerr == nil)
+		return false
+	}
+	l.known, l.reason = true, reason
+	if gerr == nil {
+		logger.Info("readiness gate passes", "gate", gate)
+	} else {
+		logger.Info("readiness gate does not pass", "gate", gate, "reason", reason, "detail", gerr.err.Error())
+	}
+	return true
+}
+
 // httpStatusError is a health endpoint's non-2xx answer.
 type httpStatusError struct {
 	url    string
@@ -52,8 +80,6 @@ func reasonClass(err error) string {
 	switch {
 	case errors.Is(err, errNotReady):
 		return reasonNotReady
-	case errors.Is(err, errNotProbed):
-		return reasonNotProbed
 	case errors.Is(err, context.DeadlineExceeded):
 		return reasonTimeout
 	case errors.As(err, &statusErr):

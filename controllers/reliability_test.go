@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,14 +20,9 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
-
-// alwaysReady is a local gate that passes: these specs are about the API side.
-type alwaysReady struct{}
-
-func (alwaysReady) Name() string                { return "test" }
-func (alwaysReady) Probe(context.Context) error { return nil }
 
 // logLines collects what a logger writes, for specs that count log lines.
 type logLines struct {
@@ -86,7 +80,7 @@ var _ = Describe("Reliability", func() {
 		limited.Impersonate = rest.ImpersonationConfig{UserName: "limited-agent", Groups: []string{"system:authenticated"}}
 		logs := &logLines{}
 		startManagerAs(limited, funcr.New(logs.add, funcr.Options{}), &controllers.NodeReconciler{
-			NodeName: nodeName, Taints: []controllers.TaintSpec{{Key: key}}, Gates: []controllers.Gate{alwaysReady{}},
+			NodeName: nodeName, Taints: []controllers.TaintSpec{{Key: key}}, Gates: []controllers.Gate{expectations.AlwaysReady{}},
 		})
 
 		Eventually(func() float64 {
@@ -98,7 +92,7 @@ var _ = Describe("Reliability", func() {
 		Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(taint))
 
 		By("granting the permission")
-		Expect(retry.RetryOnConflict(patientRetry, func() error {
+		Expect(retry.RetryOnConflict(expectations.PatientRetry, func() error {
 			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(role), role); err != nil {
 				return err
 			}
@@ -138,31 +132,27 @@ var _ = Describe("Reliability", func() {
 				st := state{taints: map[string]bool{}, labels: map[string]string{}, annotations: map[string]string{}}
 				for i := range writesEach {
 					key := fmt.Sprintf("w%d.example.com/k%d", w, i%5)
-					Expect(retry.RetryOnConflict(patientRetry, func() error {
-						node := &corev1.Node{}
-						if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-							return err
-						}
-						orig := node.DeepCopy()
-						switch i % 3 {
-						case 0:
-							if st.taints[key] {
-								node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
-							} else {
-								node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+					Expect(retry.RetryOnConflict(expectations.PatientRetry, func() error {
+						err := expectations.PatchNode(ctx, k8sClient, k8sClient, nodeName, func(node *corev1.Node) {
+							switch i % 3 {
+							case 0:
+								if st.taints[key] {
+									node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
+								} else {
+									node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+								}
+							case 1:
+								if node.Labels == nil {
+									node.Labels = map[string]string{}
+								}
+								node.Labels[key] = fmt.Sprint(i)
+							case 2:
+								if node.Annotations == nil {
+									node.Annotations = map[string]string{}
+								}
+								node.Annotations[key] = fmt.Sprint(i)
 							}
-						case 1:
-							if node.Labels == nil {
-								node.Labels = map[string]string{}
-							}
-							node.Labels[key] = fmt.Sprint(i)
-						case 2:
-							if node.Annotations == nil {
-								node.Annotations = map[string]string{}
-							}
-							node.Annotations[key] = fmt.Sprint(i)
-						}
-						err := k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+						})
 						if err != nil {
 							conflicts.Add(1)
 						}
@@ -187,14 +177,8 @@ var _ = Describe("Reliability", func() {
 			defer GinkgoRecover()
 			defer wg.Done()
 			for range readds {
-				Expect(retry.RetryOnConflict(patientRetry, func() error {
-					node := &corev1.Node{}
-					if err := k8sClient.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-						return err
-					}
-					orig := node.DeepCopy()
+				Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 					node.Spec.Taints = append(controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}}), startupTaint)
-					return k8sClient.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 				})).To(Succeed())
 				readded.Add(1)
 				time.Sleep(10 * time.Millisecond)
@@ -225,23 +209,5 @@ var _ = Describe("Reliability", func() {
 		GinkgoWriter.Printf("race: %d writes by %d writers (%d conflicts retried), startup taint re-added %d times, removed by 2 agents; nothing lost\n",
 			writes.Load(), writers, conflicts.Load(), readded.Load())
 		AddReportEntry("race", fmt.Sprintf("%d writes, %d conflicts, %d re-adds", writes.Load(), conflicts.Load(), readded.Load()))
-	})
-
-	It("never re-adds a taint while the driver flaps after the removal", func(ctx SpecContext) {
-		createNode(ctx, nodeName, startupTaint)
-		registerDriver(ctx, nodeName, nil)
-		driver := startDriver(fakecsi.Ready)
-		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
-		Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key)) }).Should(Succeed())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for i := range 40 {
-				driver.SetReadiness([]fakecsi.Readiness{fakecsi.NotReady, fakecsi.Failing, fakecsi.Ready}[i%3])
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
-		Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key)) }).Should(Succeed())
-		Eventually(done).Should(BeClosed())
 	})
 })

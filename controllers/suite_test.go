@@ -17,16 +17,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -132,33 +129,15 @@ func startManager(r *controllers.NodeReconciler) {
 }
 
 // startManagerAs runs r like startManager, talking to the API server through restCfg and
-// logging to logger.
+// logging to logger, in a manager configured as the binary's is.
 func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.NodeReconciler) {
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Logger:                 logger,
-		Scheme:                 scheme.Scheme,
-		Cache:                  controllers.CacheOptions(r.NodeName),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Every spec starts a manager with the same controller in this one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	GinkgoHelper()
 	if r.ProbeInterval == 0 {
 		r.ProbeInterval = 100 * time.Millisecond
 	}
-	ExpectWithOffset(1, r.SetupWithManager(mgr)).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done, 10*time.Second).Should(BeClosed())
-	})
+	opts := controllers.ManagerOptions(r.NodeName)
+	opts.Logger = logger
+	expectations.StartManager(restCfg, opts, r.SetupWithManager)
 }
 
 // nodeTaints reads the node's taints from the API server, less the node.kubernetes.io/not-ready

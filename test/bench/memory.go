@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // memSample is one agent process, measured once its cache has synced.
@@ -148,7 +149,7 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := expectations.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -366,12 +367,3 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 }
 
 const mib = 1 << 20
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -40,13 +41,17 @@ type reactionResult struct {
 	samples      []time.Duration
 }
 
-func (r reactionResult) percentile(p float64) time.Duration {
-	s := slices.Clone(r.samples)
+func (r reactionResult) percentile(p float64) time.Duration { return percentile(r.samples, p) }
+
+// percentile is the nearest-rank percentile p (0 to 1) of samples: every number the bench
+// reports is computed this one way.
+func percentile(samples []time.Duration, p float64) time.Duration {
+	s := slices.Clone(samples)
 	slices.Sort(s)
 	if len(s) == 0 {
 		return 0
 	}
-	i := int(p*float64(len(s))+0.5) - 1
+	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
 }
 
@@ -116,17 +121,11 @@ func registerCSINode(ctx context.Context, c client.Client, name string) error {
 
 // setTaint adds or removes the startup taint as another writer would.
 func (l *lane) setTaint(ctx context.Context, present bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node := &corev1.Node{}
-		if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
-			return err
-		}
-		orig := node.DeepCopy()
+	return expectations.UpdateNode(ctx, l.e.c, l.name, func(node *corev1.Node) {
 		node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})
 		if present {
 			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
 		}
-		return l.e.c.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	})
 }
 

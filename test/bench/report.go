@@ -115,13 +115,7 @@ func (r *report) markdown() string {
 	}
 	p("")
 	f := r.fleet
-	slices.Sort(f.patchLatency)
-	pct := func(q float64) time.Duration {
-		if len(f.patchLatency) == 0 {
-			return 0
-		}
-		return f.patchLatency[min(len(f.patchLatency)-1, int(q*float64(len(f.patchLatency))))]
-	}
+	pct := func(q float64) time.Duration { return percentile(f.patchLatency, q) }
 	p("## Fleet start: %d agents at once against %d tainted Nodes whose drivers are ready (median of %d runs)",
 		f.agents, f.agents, r.config.repeats)
 	p("")

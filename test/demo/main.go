@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 const (
@@ -108,7 +109,7 @@ func run(binary string) error {
 	defer driver.Stop()
 	done()
 
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := expectations.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -223,16 +224,6 @@ func printMetrics(ctx context.Context, addr string) error {
 		}
 	}
 	return s.Err()
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
 }
 
 // waitFor polls cond until it holds or ctx ends.

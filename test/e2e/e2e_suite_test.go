@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 var (
@@ -67,10 +68,9 @@ var _ = BeforeSuite(func() {
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := expectations.FreeAddr()
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return addr
 }
 
 // runBinary starts the binary with args and stops it when the spec ends.

@@ -20,17 +20,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // installs are every way the README installs the agent. Each must confine exactly the identity
@@ -153,23 +149,9 @@ func isNamespaced(obj *unstructured.Unstructured) bool {
 // a channel that receives what the manager's Start returned; the spec's cleanup stops it.
 func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck) <-chan error {
 	GinkgoHelper()
-	mgr, err := ctrl.NewManager(c, ctrl.Options{
-		Scheme: scheme.Scheme, Cache: controllers.CacheOptions(node), MapperProvider: controllers.RESTMapper,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		// Several agents run one after another in this process; the binary runs one.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	Expect((&controllers.NodeReconciler{NodeName: node, Taints: taints, Gates: []controllers.Gate{alwaysReady{}},
-		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}).SetupWithManager(mgr)).To(Succeed())
-	ctx, cancel := context.WithCancel(context.Background())
-	done, stopped := make(chan error, 1), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		done <- mgr.Start(ctx)
-	}()
-	DeferCleanup(func() { cancel(); Eventually(stopped).Should(BeClosed()) })
-	return done
+	r := &controllers.NodeReconciler{NodeName: node, Taints: taints, Gates: []controllers.Gate{expectations.AlwaysReady{}},
+		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}
+	return expectations.StartManager(c, controllers.ManagerOptions(node), r.SetupWithManager)
 }
 
 // agentConfig is a REST config that acts as a's pod on node.
@@ -182,14 +164,15 @@ func (a agent) config(node string) *rest.Config {
 
 // The messages the shipped policy refuses with, and RBAC's.
 const (
-	msgOtherNode   = "may only change its own Node"
-	msgTaintsOnly  = "may only remove its startup taints"
-	msgMetadata    = "may not change a Node's metadata"
-	msgSpec        = "may not change a Node's spec"
-	msgOwnership   = "may not give a server-side apply manager ownership"
-	msgNoNodeClaim = "carries no node name"
-	msgEvents      = "may only record events about its own Node"
-	msgRBAC        = "cannot"
+	msgOtherNode     = "may only change its own Node"
+	msgTaintsOnly    = "may only remove its startup taints"
+	msgMetadata      = "may not change a Node's metadata"
+	msgSpec          = "may not change a Node's spec"
+	msgOwnership     = "may not give a server-side apply manager ownership"
+	msgNoNodeClaim   = "carries no node name"
+	msgEvents        = "may only record events about its own Node"
+	msgRemovedRecord = "may only add its own startup taints"
+	msgRBAC          = "cannot"
 )
 
 var _ = Describe("every README install", func() {
@@ -307,6 +290,7 @@ var _ = Describe("the rendered installs", func() {
 					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 					g.Expect(node.Spec.Taints).To(ContainElement(other))
 					g.Expect(node.Labels).To(Equal(map[string]string{"zone": "a"}))
+					g.Expect(node.Annotations).To(Equal(map[string]string{"note": "n", controllers.RemovedAnnotation: a.taints[0].String()}))
 				}).Should(Succeed())
 				Eventually(func() float64 { return testutil.ToFloat64(metrics.Confined) }).Should(Equal(1.0))
 				Eventually(func(g Gomega) {
@@ -371,6 +355,20 @@ var _ = Describe("the rendered installs", func() {
 				}, msgMetadata},
 				{"changing an annotation", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) { removeStartup(n); n.Annotations["extra"] = "x" })
+				}, msgMetadata},
+				{"recording another taint as removed once", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() + "," + other.Key
+					})
+				}, msgRemovedRecord},
+				{"erasing the record of removed taints", func(ctx context.Context, c client.Client, own string) error {
+					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
+						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String()
+					}); err != nil {
+						return err
+					}
+					return patchNode(ctx, c, own, func(n *corev1.Node) { delete(n.Annotations, controllers.RemovedAnnotation) })
 				}, msgMetadata},
 				{"setting metadata.generateName", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) { n.GenerateName = "forged-" })
@@ -571,9 +569,3 @@ func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *events
 		Action: "RemoveTaint", Reason: controllers.ReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
 	}
 }
-
-// alwaysReady is a gate that always passes: these tests are about what the agent may write.
-type alwaysReady struct{}
-
-func (alwaysReady) Name() string                { return "test" }
-func (alwaysReady) Probe(context.Context) error { return nil }

@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 var (
@@ -120,15 +122,9 @@ func kubelet(ctx context.Context, node string) client.Client {
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
-// resourceVersion it read.
+// resourceVersion that the admin client read.
 func patchNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
-	node := &corev1.Node{}
-	if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return err
-	}
-	orig := node.DeepCopy()
-	change(node)
-	return c.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	return expectations.PatchNode(ctx, k8sClient, c, name, change)
 }
 
 // nodeWritesWork checks that a kubelet can register its Node with a startup taint and write its

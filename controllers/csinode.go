@@ -1,0 +1,74 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// gateCSINode names the CSINode registration gate in logs, events and metrics.
+const gateCSINode = "csinode"
+
+// csiNodeGate passes once kubelet has registered the CSI driver in this node's CSINode (and, when
+// asked, published its attach limit). Unlike the local gates it reads the manager's cache, so the
+// reconciler checks it, and a CSINode watch event triggers that.
+type csiNodeGate struct {
+	reader             client.Reader
+	node               string
+	driver             func() string
+	requireAllocatable bool
+
+	log   gateLog
+	since time.Time // when the gate was first seen passing; zero while it does not
+}
+
+// check returns why the gate does not pass, or nil and the time since when it has passed.
+func (g *csiNodeGate) check(ctx context.Context, now time.Time) (*gateError, time.Time) {
+	gerr := g.registered(ctx)
+	g.log.update(log.FromContext(ctx), gateCSINode, gerr)
+	if gerr != nil {
+		metrics.GateReady.WithLabelValues(gateCSINode).Set(0)
+		g.since = time.Time{}
+		return gerr, time.Time{}
+	}
+	metrics.GateReady.WithLabelValues(gateCSINode).Set(1)
+	if g.since.IsZero() {
+		g.since = now
+	}
+	return nil, g.since
+}
+
+func (g *csiNodeGate) registered(ctx context.Context) *gateError {
+	driver := g.driver()
+	if driver == "" {
+		return &gateError{gate: gateCSINode, reason: reasonNotProbed, err: errors.New("the CSI driver has not told its name yet")}
+	}
+	csiNode := &storagev1.CSINode{}
+	if err := g.reader.Get(ctx, types.NamespacedName{Name: g.node}, csiNode); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &gateError{gate: gateCSINode, reason: reasonNotRegistered, err: fmt.Errorf("CSINode %s does not exist yet", g.node)}
+		}
+		return &gateError{gate: gateCSINode, reason: reasonError, err: fmt.Errorf("reading CSINode %s: %w", g.node, err)}
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name != driver {
+			continue
+		}
+		if g.requireAllocatable && (d.Allocatable == nil || d.Allocatable.Count == nil) {
+			return &gateError{gate: gateCSINode, reason: reasonNoAllocatable,
+				err: fmt.Errorf("CSINode %s: driver %s has no allocatable count yet", g.node, driver)}
+		}
+		return nil
+	}
+	return &gateError{gate: gateCSINode, reason: reasonNotRegistered,
+		err: fmt.Errorf("CSINode %s does not list driver %s yet", g.node, driver)}
+}

@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// Reporting: what the reconciler's state transitions found becomes metrics, events on the Node
+// and log lines here, and only here.
+
+// reportObservation sets the presence gauges and reports taints that came back.
+func (r *NodeReconciler) reportObservation(ctx context.Context, specs []TaintSpec, obs observation) {
+	for _, spec := range specs {
+		metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
+	}
+	for _, key := range obs.cameBack {
+		log.FromContext(ctx).Info("startup taint came back", "taint", key)
+		metrics.Readded.WithLabelValues(key).Inc()
+	}
+	if obs.ended {
+		log.FromContext(ctx).V(4).Info("startup taints removed by another writer")
+	}
+}
+
+// reportWaiting reports a gate that holds the taint: an event the first time its gate and reason
+// class hold it in this episode. The gates log their own changes.
+func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, gerr *gateError, first bool) {
+	log.FromContext(ctx).V(4).Info("holding startup taints", "gate", gerr.gate, "reason", gerr.reason)
+	if first {
+		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWaitingForDriver, "WaitForReadiness",
+			"Holding startup taints: %s", gerr.Error())
+	}
+}
+
+// reportRemoval reports a successful removal: metrics, an event and a log line.
+func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, rem removal) {
+	for _, key := range rem.specs {
+		metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
+		metrics.Present.WithLabelValues(key).Set(0)
+	}
+	metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
+	if rem.first {
+		metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
+	}
+	if rem.permissionsChanged {
+		r.permissionsChanged()
+	}
+	logger := log.FromContext(ctx)
+	if rem.again {
+		held := rem.heldFor.Round(time.Millisecond)
+		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())
+		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemovedAgain, "RemoveTaint",
+			"Startup taints %v came back and were removed again after %s", rem.taints, held)
+		return
+	}
+	logger.Info("removed startup taints", "taints", rem.taints, "sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemoved, "RemoveTaint",
+		"Removed startup taints %v, %s after the node was created", rem.taints, rem.sinceCreation.Round(time.Second))
+}
+
+// reportFailure reports a failed removal of the taints specs selected: the counter on every
+// attempt, an event (and for a forbidden patch, the one log line) when the failure class changes.
+func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {
+	if f.result != metrics.ResultConflict { // each conflict was counted as it happened
+		for _, spec := range specs {
+			metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
+		}
+	}
+	if f.permissionsChanged {
+		r.permissionsChanged()
+	}
+	if !f.changed {
+		return
+	}
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint", "Could not remove startup taints: %v", err)
+	if f.result == metrics.ResultForbidden {
+		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
+	}
+}
+
+// permissionsChanged asks for a new confinement check: a patch that was allowed is now
+// forbidden, or the other way round.
+func (r *NodeReconciler) permissionsChanged() {
+	if r.Confinement != nil {
+		r.Confinement.Recheck()
+	}
+}

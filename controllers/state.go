@@ -1,0 +1,185 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// RemovedAnnotation lists, comma-separated, the startup taint specs (KEY[:EFFECT]) that agents
+// have removed from this Node at least once. It is written in the same patch that removes them, so
+// an agent that starts later (a DaemonSet rollout) knows that a taint it finds was re-added, not
+// there since the Node's registration; a Node re-created under the same name starts without it.
+// The admission policy lets the agent add its own specs to it and change nothing else.
+const RemovedAnnotation = "startup-taint-remover.github.io/removed"
+
+// nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
+// time, from a startup taint appearing to its removal. Its methods are the transitions; each
+// returns what happened, and the reconciler reports it (events.go). Only the controller's single
+// worker touches it.
+type nodeState struct {
+	uid types.UID
+	// present is, by spec, whether it was on the node at the last observation.
+	present map[string]bool
+	// removedBefore holds the specs removed from this Node at least once, by this process or,
+	// through RemovedAnnotation, by an earlier one.
+	removedBefore map[string]bool
+	// readded holds the specs that came back since their last removal.
+	readded map[string]bool
+	// firstRemovalDone is set once this Node's first removal has happened.
+	firstRemovalDone bool
+
+	// The current episode: when a startup taint was first seen, the gate and reason classes
+	// already reported while waiting, and the last failure class and its backoff.
+	heldSince  time.Time
+	waitEvents map[string]bool
+	failure    string
+	retryAfter time.Duration
+}
+
+// observation is what observing the Node's taints found.
+type observation struct {
+	// held are the node's taints that the specs select.
+	held []corev1.Taint
+	// present is, by spec, whether it is on the node.
+	present map[string]bool
+	// cameBack are the specs that are back since their last removal.
+	cameBack []string
+	// ended is set when the taints went without this agent removing them: another writer did.
+	ended bool
+}
+
+// observe records the Node's taints. A Node with a new UID (re-created under the same name)
+// starts a new history; RemovedAnnotation tells which specs were removed before this process.
+func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, now time.Time) observation {
+	if s.uid != node.UID || s.present == nil {
+		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
+			readded: map[string]bool{}, waitEvents: map[string]bool{}}
+	}
+	for _, spec := range removedSpecs(node) {
+		s.removedBefore[spec] = true
+		s.firstRemovalDone = true
+	}
+	obs := observation{held: MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
+	for _, spec := range specs {
+		key := spec.String()
+		present := len(MatchingTaints(node.Spec.Taints, []TaintSpec{spec})) > 0
+		if present && !s.present[key] && s.removedBefore[key] {
+			obs.cameBack = append(obs.cameBack, key)
+			s.readded[key] = true
+		}
+		s.present[key], obs.present[key] = present, present
+	}
+	switch {
+	case len(obs.held) == 0 && !s.heldSince.IsZero():
+		s.endEpisode()
+		obs.ended = true
+	case len(obs.held) > 0 && s.heldSince.IsZero():
+		s.heldSince = now
+	}
+	return obs
+}
+
+// endEpisode forgets the episode: the next taint starts a new one, with its own wait reports and
+// failure backoff.
+func (s *nodeState) endEpisode() {
+	s.heldSince = time.Time{}
+	clear(s.waitEvents)
+	s.failure, s.retryAfter = "", 0
+}
+
+// firstWait reports whether gerr is the first time its gate and reason class hold the taint in
+// this episode, so a flapping driver cannot cause an event storm.
+func (s *nodeState) firstWait(gerr *gateError) bool {
+	if gerr.reason == reasonNotProbed || s.waitEvents[gerr.key()] {
+		return false
+	}
+	s.waitEvents[gerr.key()] = true
+	return true
+}
+
+// removal is what a successful removal reports.
+type removal struct {
+	taints []string // the removed taints, as KEY[=VALUE]:EFFECT
+	specs  []string // the specs that selected them
+	// again is set when one of them came back after an earlier removal.
+	again   bool
+	heldFor time.Duration
+	// sinceCreation is the time from the Node's creation; first is set for the Node's first
+	// removal, the one the fleet's removal histogram counts.
+	sinceCreation time.Duration
+	first         bool
+	// readyFor is the time from all gates passing (or the taint appearing, if later).
+	readyFor time.Duration
+	// permissionsChanged is set when the patch before this one was forbidden.
+	permissionsChanged bool
+}
+
+// recordRemoval records that the taints specs selected were removed, and ends the episode.
+func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, specs []TaintSpec, readySince, now time.Time) removal {
+	rem := removal{
+		taints:             taintStrings(removed),
+		heldFor:            now.Sub(s.heldSince),
+		sinceCreation:      now.Sub(node.CreationTimestamp.Time),
+		first:              !s.firstRemovalDone,
+		readyFor:           now.Sub(maxTime(readySince, s.heldSince)),
+		permissionsChanged: s.failure == metrics.ResultForbidden,
+	}
+	for _, spec := range specs {
+		key := spec.String()
+		rem.specs = append(rem.specs, key)
+		rem.again = rem.again || s.readded[key]
+		s.present[key], s.removedBefore[key], s.readded[key] = false, true, false
+	}
+	s.firstRemovalDone = true
+	s.endEpisode()
+	return rem
+}
+
+// failure is what a failed removal reports.
+type failure struct {
+	result string // a metrics.Result* class
+	// changed is set when the class differs from the last failure's: only then is it reported.
+	changed bool
+	// retryAfter is the backoff for a forbidden patch, which a retry does not cure by itself;
+	// zero for failures the workqueue retries.
+	retryAfter time.Duration
+	// permissionsChanged is set when the patch became forbidden.
+	permissionsChanged bool
+}
+
+// recordFailure records a failed removal of class result.
+func (s *nodeState) recordFailure(result string) failure {
+	f := failure{result: result, changed: s.failure != result}
+	f.permissionsChanged = f.changed && result == metrics.ResultForbidden
+	s.failure = result
+	if result == metrics.ResultForbidden {
+		s.retryAfter = min(max(2*s.retryAfter, time.Second), MaxRetryInterval)
+		f.retryAfter = s.retryAfter
+	}
+	return f
+}
+
+// removedSpecs reads RemovedAnnotation.
+func removedSpecs(node *corev1.Node) []string {
+	v := node.Annotations[RemovedAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// withRemoved returns RemovedAnnotation's value with specs added, sorted and without duplicates.
+func withRemoved(node *corev1.Node, specs []TaintSpec) string {
+	all := removedSpecs(node)
+	for _, spec := range specs {
+		all = append(all, spec.String())
+	}
+	slices.Sort(all)
+	return strings.Join(slices.Compact(all), ",")
+}

@@ -1,0 +1,265 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// testStart is when the test Nodes were created, on the reconcilers' fake clocks.
+var testStart = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// episodeTest drives one reconciler, with a gate the test flips and a fake clock, through a
+// Node's life, by calling Reconcile directly.
+type episodeTest struct {
+	t        *testing.T
+	c        client.Client
+	r        *NodeReconciler
+	gate     *flipGate
+	clock    *clocktesting.FakeClock
+	recorder *events.FakeRecorder
+}
+
+func newEpisodeTest(t *testing.T, node *corev1.Node, interceptors ...interceptor.Funcs) *episodeTest {
+	t.Helper()
+	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(node)
+	for _, f := range interceptors {
+		b = b.WithInterceptorFuncs(f)
+	}
+	e := &episodeTest{t: t, c: b.Build(), gate: &flipGate{err: errNotReady}}
+	e.r = newTestReconciler(t, e.c, e.gate)
+	e.clock = e.r.Clock.(*clocktesting.FakeClock)
+	e.recorder = e.r.Recorder.(*events.FakeRecorder)
+	return e
+}
+
+// testNode is a Node created at testStart with uid and taints.
+func testNode(uid string, taints ...corev1.Taint) *corev1.Node {
+	node := nodeWith(taints...)
+	node.UID, node.CreationTimestamp = types.UID(uid), metav1.NewTime(testStart)
+	return node
+}
+
+// ready sets the gate's result and probes it.
+func (e *episodeTest) ready(ready bool) {
+	e.gate.err = nil
+	if !ready {
+		e.gate.err = errNotReady
+	}
+	e.r.prober.probeOnce(context.Background())
+}
+
+func (e *episodeTest) reconcile() {
+	e.t.Helper()
+	if err := reconcileNode(e.t, e.r); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// events returns the events recorded since the last call.
+func (e *episodeTest) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// setTaints changes the Node's taints as another writer would.
+func (e *episodeTest) setTaints(taints ...corev1.Taint) {
+	e.t.Helper()
+	node := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		e.t.Fatal(err)
+	}
+	node.Spec.Taints = taints
+	if err := e.c.Update(context.Background(), node); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// histogram returns the sample count and sum of h.
+func histogram(t *testing.T, h prometheus.Histogram) (uint64, float64) {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := h.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+func expectEvents(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("events %q, want %d: %q", got, len(want), want)
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Fatalf("event %d is %q, want it to contain %q", i, got[i], want[i])
+		}
+	}
+}
+
+func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
+	e := newEpisodeTest(t, testNode("uid-1", startup))
+	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key))
+	count, sum := histogram(t, metrics.RemovalSeconds)
+
+	e.clock.Step(30 * time.Second)
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal WaitingForDriver Holding startup taints: flip gate: driver reports not ready")
+
+	e.clock.Step(60 * time.Second)
+	e.ready(true)
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal TaintRemoved Removed startup taints [example.com/agent-not-ready:NoExecute], 1m30s after the node was created")
+	if c, s := histogram(t, metrics.RemovalSeconds); c != count+1 || s-sum != 90 {
+		t.Fatalf("removal histogram gained %d samples summing %v, want 1 of 90s", c-count, s-sum)
+	}
+
+	// Re-added 72 hours later, held 5 s by the gate: removed again, not a first removal.
+	e.clock.Step(72 * time.Hour)
+	e.ready(false)
+	e.setTaints(startup)
+	e.reconcile()
+	e.clock.Step(5 * time.Second)
+	e.ready(true)
+	e.reconcile()
+	expectEvents(t, e.events(),
+		"Normal WaitingForDriver Holding startup taints",
+		"Normal TaintRemovedAgain Startup taints [example.com/agent-not-ready:NoExecute] came back and were removed again after 5s")
+	if c, _ := histogram(t, metrics.RemovalSeconds); c != count+1 {
+		t.Fatalf("a re-added taint's removal was counted as the node's first")
+	}
+	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
+		t.Fatalf("startup_taint_readded_total rose by %v, want 1", got)
+	}
+}
+
+func TestAnEpisodeEndedByAnotherWriterIsClosed(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("no patch for you"))
+	var patchErr error
+	e := newEpisodeTest(t, testNode("uid-2", startup), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if patchErr != nil {
+				return patchErr
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	e.reconcile()
+	expectEvents(t, e.events(), "WaitingForDriver")
+
+	// Someone else removes the taint; it comes back while the driver is still not ready.
+	e.setTaints()
+	e.reconcile()
+	e.setTaints(startup)
+	e.reconcile()
+	expectEvents(t, e.events(), "WaitingForDriver")
+
+	// Forbidden: reported once, backed off from 1 s; the episode ends by another writer, and the
+	// next episode's first forbidden patch is reported again and starts again at 1 s.
+	patchErr = forbidden
+	e.ready(true)
+	for _, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+		if err != nil || res.RequeueAfter != want {
+			t.Fatalf("Reconcile() = %v, %v; want a requeue after %v", res, err, want)
+		}
+	}
+	expectEvents(t, e.events(), "Warning RemovalFailed")
+	e.setTaints()
+	e.reconcile()
+	e.setTaints(startup)
+	res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+	if err != nil || res.RequeueAfter != time.Second {
+		t.Fatalf("Reconcile() = %v, %v; want the backoff to start again at 1s", res, err)
+	}
+	expectEvents(t, e.events(), "Warning RemovalFailed")
+}
+
+func TestANewProcessKnowsTheNodesFirstRemovalFromTheNode(t *testing.T) {
+	e := newEpisodeTest(t, testNode("uid-3", startup))
+	e.ready(true)
+	e.reconcile()
+	expectEvents(t, e.events(), "TaintRemoved")
+	node := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Annotations[RemovedAnnotation]; got != startup.Key {
+		t.Fatalf("%s = %q, want %q, written with the removal", RemovedAnnotation, got, startup.Key)
+	}
+
+	// A restart (a new reconciler, no memory), then the taint is re-added.
+	count, _ := histogram(t, metrics.RemovalSeconds)
+	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key))
+	e.setTaints(startup)
+	restarted := newTestReconciler(t, e.c)
+	recorder := restarted.Recorder.(*events.FakeRecorder)
+	if err := reconcileNode(t, restarted); err != nil {
+		t.Fatal(err)
+	}
+	if len(recorder.Events) != 1 {
+		t.Fatalf("%d events, want 1", len(recorder.Events))
+	}
+	expectEvents(t, []string{<-recorder.Events}, "Normal TaintRemovedAgain")
+	if c, _ := histogram(t, metrics.RemovalSeconds); c != count {
+		t.Fatal("after a restart, a re-added taint's removal was counted as the node's first")
+	}
+	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
+		t.Fatalf("startup_taint_readded_total rose by %v, want 1", got)
+	}
+}
+
+func TestANodeRecreatedUnderTheSameNameStartsAfresh(t *testing.T) {
+	e := newEpisodeTest(t, testNode("uid-4", startup))
+	e.ready(true)
+	e.reconcile()
+	expectEvents(t, e.events(), "TaintRemoved")
+
+	old := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Create(context.Background(), testNode("uid-5", startup)); err != nil {
+		t.Fatal(err)
+	}
+	count, _ := histogram(t, metrics.RemovalSeconds)
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal TaintRemoved Removed")
+	if c, _ := histogram(t, metrics.RemovalSeconds); c != count+1 {
+		t.Fatal("the re-created Node's first removal was not counted")
+	}
+}
+
+func requestFor(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+}

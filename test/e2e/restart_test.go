@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gexec"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+)
+
+// metricValue scrapes the plain-HTTP metrics endpoint at addr and returns the value of the
+// series (name and labels, as exposed), or -1 when it is not there.
+func metricValue(g Gomega, addr, series string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	g.Expect(err).NotTo(HaveOccurred())
+	return v
+}
+
+// eventCount counts the events with reason on the node, each series by its count.
+func eventCount(g Gomega, ctx context.Context, node, reason string) int {
+	list := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Name != node || e.Reason != reason {
+			continue
+		}
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = Describe("the binary's memory of its Node", func() {
+	startAgent := func(node, socket, metrics string) *gexec.Session {
+		return runBinary("--kubeconfig="+kubeconfig, "--node-name="+node, "--csi-address="+socket,
+			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
+	}
+	stop := func(s *gexec.Session) {
+		s.Signal(syscall.SIGTERM)
+		Eventually(s, 5*time.Second).Should(gexec.Exit(0))
+	}
+
+	It("counts a taint re-added after a restart as re-added, not as the node's first removal", func(ctx SpecContext) {
+		const name = "e2e-restart"
+		driver := setupNode(ctx, name, startupTaint)
+		first := startAgent(name, driver.Path(), freeAddr())
+		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonTaintRemoved) }).Should(Equal(1))
+		stop(first)
+
+		By("re-adding the taint while no agent runs, as a node group re-sync does after a rollout")
+		Expect(expectations.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, startupTaint)
+		})).To(Succeed())
+		metrics := freeAddr()
+		startAgent(name, driver.Path(), metrics)
+		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonTaintRemovedAgain) }).Should(Equal(1))
+		Expect(eventCount(Default, ctx, name, controllers.ReasonTaintRemoved)).To(Equal(1), "no second first removal")
+		Eventually(func(g Gomega) float64 {
+			return metricValue(g, metrics, `startup_taint_readded_total{taint="`+startupTaint.Key+`"}`)
+		}).Should(Equal(1.0))
+		Expect(metricValue(Default, metrics, "startup_taint_removal_seconds_count")).To(Equal(0.0),
+			"the node's age is no sample of the fleet's time to first removal")
+	})
+
+	It("reports a driver that answers but is not ready, with the taint named after it", func(ctx SpecContext) {
+		const name = "e2e-not-ready"
+		driver := setupNode(ctx, name, startupTaint)
+		driver.SetReadiness(fakecsi.NotReady)
+		metrics := freeAddr()
+		startAgent(name, driver.Path(), metrics)
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonWaitingForDriver) }).Should(Equal(1))
+		Eventually(func(g Gomega) float64 {
+			return metricValue(g, metrics, `startup_taint_present{taint="`+startupTaint.Key+`"}`)
+		}).Should(Equal(1.0))
+		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
+	})
+})

@@ -1,0 +1,88 @@
+// Package expectations holds the helpers the project's tests, demo and benchmark share: one of
+// each, instead of a copy per package. It does not import the controllers package, so that
+// package's own unit tests can use it too.
+package expectations
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// PatientRetry outlasts the conflicts of racing writers in tests.
+var PatientRetry = wait.Backoff{Steps: 100, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
+
+// PatchNode changes the Node name, read through reader, with one merge patch sent through
+// writer and locked to the resourceVersion it read, as the controller writes: a concurrent
+// change makes it fail with a conflict instead of being overwritten.
+func PatchNode(ctx context.Context, reader client.Reader, writer client.Client, name string, change func(*corev1.Node)) error {
+	node := &corev1.Node{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	orig := node.DeepCopy()
+	change(node)
+	return writer.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// UpdateNode changes the Node name as another writer racing the controller would: PatchNode,
+// retried on conflicts with PatientRetry.
+func UpdateNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
+	return retry.RetryOnConflict(PatientRetry, func() error { return PatchNode(ctx, c, c, name, change) })
+}
+
+// AlwaysReady is a readiness gate that always passes, for tests about the API side.
+type AlwaysReady struct{}
+
+// Name names the gate.
+func (AlwaysReady) Name() string { return "test" }
+
+// Probe always passes.
+func (AlwaysReady) Probe(context.Context) error { return nil }
+
+// FreeAddr returns a loopback address whose port was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
+
+// StartManager runs a manager with opts (controllers.ManagerOptions, as the binary uses) and
+// what setup adds to it, talking to the API server through cfg, until the spec ends. Its own
+// endpoints are off, and several may run one after another in one test process. The returned
+// channel receives what the manager's Start returned.
+func StartManager(cfg *rest.Config, opts ctrl.Options, setup func(ctrl.Manager) error) <-chan error {
+	ginkgo.GinkgoHelper()
+	opts.Metrics = metricsserver.Options{BindAddress: "0"}
+	opts.HealthProbeBindAddress = "0"
+	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(setup(mgr)).To(gomega.Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done, stopped := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		done <- mgr.Start(ctx)
+	}()
+	ginkgo.DeferCleanup(func() {
+		cancel()
+		gomega.Eventually(stopped, 10*time.Second).Should(gomega.BeClosed())
+	})
+	return done
+}
