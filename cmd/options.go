@@ -60,7 +60,8 @@ func (f taintFlag) String() string {
 }
 
 // Set accepts one taint or a comma-separated list, so a manifest can pass the whole set through
-// one environment variable, from the ConfigMap the admission policy reads too.
+// one environment variable, written when the manifests are rendered from the same string as the
+// admission policy's.
 func (f taintFlag) Set(v string) error {
 	for _, item := range strings.Split(v, ",") {
 		s, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
