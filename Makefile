@@ -129,7 +129,7 @@ $(CONTROLLER_GEN): $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 
 .PHONY: envtest
-envtest: ## Build kube-apiserver and etcd for envtest from their Go modules (once; skipped when present).
+envtest: ## Build kube-apiserver, etcd and kubemark (the hollow kubelet) from their Go modules (once; skipped when present).
 	@ENVTEST_K8S_VERSION=$(ENVTEST_K8S_VERSION) hack/envtest/build.sh "$(KUBEBUILDER_ASSETS)"
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist

@@ -306,6 +306,11 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 // It evaluates every gate, so the gate metrics stay current.
 func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateError, time.Time) {
 	local, since := r.prober.notReady()
+	if local != nil {
+		// Something changed (kubelet registered the driver, the taint came back): the driver may
+		// have turned ready since the last tick, so probe it now rather than up to an interval later.
+		r.prober.probeNow()
+	}
 	if r.csiNode == nil {
 		return local, since
 	}

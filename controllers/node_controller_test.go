@@ -82,6 +82,16 @@ var _ = Describe("NodeReconciler", func() {
 			expectTaintGone(ctx)
 		})
 
+		It("probes at once, not at the next tick, when kubelet registers a driver that turned ready meanwhile", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint)
+			startFor(fakecsi.NotReady, func(r *controllers.NodeReconciler) { r.ProbeInterval = time.Hour })
+			Eventually(driver.Probes).Should(BeNumerically(">=", 1))
+			driver.SetReadiness(fakecsi.Ready)
+			registerDriver(ctx, nodeName, nil)
+			// Within the default timeout, far below the hour the next tick would take.
+			expectTaintGone(ctx)
+		})
+
 		It("reads an unset ready field as ready", func(ctx SpecContext) {
 			createNode(ctx, nodeName, startupTaint)
 			registerDriver(ctx, nodeName, nil)

@@ -22,6 +22,7 @@ type prober struct {
 	node     string
 	clock    clock.WithTicker
 	events   chan event.GenericEvent
+	kick     chan struct{}
 	logs     []gateLog // parallel to gates; only the probing goroutine touches them
 
 	mu         sync.RWMutex
@@ -38,6 +39,7 @@ func newProber(gates []Gate, interval time.Duration, node string, clk clock.With
 		clock:    clk,
 		// One pending event is enough: the reconcile it causes reads the latest status.
 		events: make(chan event.GenericEvent, 1),
+		kick:   make(chan struct{}, 1),
 		logs:   make([]gateLog, len(gates)),
 	}
 }
@@ -52,7 +54,17 @@ func (p *prober) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C():
+		case <-p.kick:
 		}
+	}
+}
+
+// probeNow asks for a probe at once instead of at the next tick; it never blocks, and kicks that
+// arrive while one is pending make one probe.
+func (p *prober) probeNow() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 

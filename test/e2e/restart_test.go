@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +37,26 @@ func metricValue(g Gomega, addr, series string) float64 {
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	g.Expect(err).NotTo(HaveOccurred())
 	return v
+}
+
+// metricSum scrapes the plain-HTTP metrics endpoint at addr and sums every series of the metric
+// name whose labels contain labels (for example `controller="startup-taint"`).
+func metricSum(g Gomega, addr, name, labels string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? (\S+)$`).FindAllSubmatch(body, -1) {
+		if !strings.Contains(string(m[1]), labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(string(m[2]), 64)
+		g.Expect(err).NotTo(HaveOccurred())
+		sum += v
+	}
+	return sum
 }
 
 // eventCount counts the events with reason on the node, each series by its count.

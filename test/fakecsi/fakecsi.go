@@ -1,4 +1,5 @@
-// Package fakecsi is a real CSI Identity server on a Unix socket whose readiness a test controls.
+// Package fakecsi is a real CSI driver's Identity and Node servers on a Unix socket, whose
+// readiness a test controls, and the plugin registration server through which kubelet finds it.
 // The envtest suite, the end-to-end tests and `make demo` use it in place of a CSI driver.
 package fakecsi
 
@@ -34,14 +35,17 @@ const (
 	Hung
 )
 
-// Driver is a CSI Identity server. Its zero value is not usable; use Start.
+// Driver is a CSI Identity and Node server. Its zero value is not usable; use Start.
 type Driver struct {
 	csi.UnimplementedIdentityServer
+	csi.UnimplementedNodeServer
 
 	name      string
 	path      string
 	readiness atomic.Int32
 	probes    atomic.Int64
+	// maxVolumes is what NodeGetInfo reports as max_volumes_per_node (0: no limit).
+	maxVolumes atomic.Int64
 
 	mu     sync.Mutex
 	server *grpc.Server
@@ -75,6 +79,7 @@ func (d *Driver) Restart() error {
 	d.server = grpc.NewServer()
 	d.done = make(chan struct{})
 	csi.RegisterIdentityServer(d.server, d)
+	csi.RegisterNodeServer(d.server, d)
 	go func(s *grpc.Server) { _ = s.Serve(lis) }(d.server)
 	return nil
 }
@@ -134,4 +139,22 @@ func (d *Driver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResp
 			return nil, status.Error(codes.Unavailable, "fakecsi: stopped")
 		}
 	}
+}
+
+// SetMaxVolumes sets what NodeGetInfo reports as max_volumes_per_node, which kubelet publishes as
+// the CSINode entry's allocatable.count (0: none).
+func (d *Driver) SetMaxVolumes(n int64) { d.maxVolumes.Store(n) }
+
+// NodeGetInfo implements csi.NodeServer: kubelet asks it when it registers the driver.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodeGetInfoResponse{NodeId: "fakecsi-" + host, MaxVolumesPerNode: d.maxVolumes.Load()}, nil
+}
+
+// NodeGetCapabilities implements csi.NodeServer: the driver needs no staging.
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
 }

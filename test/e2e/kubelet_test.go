@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gexec"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+)
+
+// startKubelet runs a hollow kubelet that registers node with the startup taint (when it creates
+// the Node), until the spec ends, and waits for its Node.
+func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
+	GinkgoHelper()
+	bin, err := hollowkubelet.Binary()
+	Expect(err).NotTo(HaveOccurred())
+	addr, err := expectations.FreeAddr()
+	Expect(err).NotTo(HaveOccurred())
+	_, port, err := net.SplitHostPort(addr)
+	Expect(err).NotTo(HaveOccurred())
+	p, err := strconv.Atoi(port)
+	Expect(err).NotTo(HaveOccurred())
+	k, err := hollowkubelet.Start(hollowkubelet.Options{Binary: bin, Kubeconfig: kubeconfig, Node: node, Port: p,
+		RegisterWithTaints: []string{startupTaint.Key + "=:" + string(startupTaint.Effect)}, Log: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(k.Stop)
+	Eventually(func() error {
+		return k8sClient.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{})
+	}, time.Minute).Should(Succeed(), "kubelet registers its Node")
+	return k
+}
+
+var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func() {
+	It("removes exactly its taint once kubelet has registered the driver, never before, and survives the driver's and kubelet's restarts",
+		func(ctx SpecContext) {
+			const name = "e2e-kubelet"
+			// The drivers kubelet has written into the node's CSINode.
+			drivers := func(g Gomega) []string {
+				cn := &storagev1.CSINode{}
+				if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, cn); err != nil {
+					g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+					return nil
+				}
+				var names []string
+				for _, d := range cn.Spec.Drivers {
+					names = append(names, d.Name)
+				}
+				return names
+			}
+			DeferCleanup(func(ctx SpecContext) {
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			})
+			kubelet := startKubelet(ctx, name)
+			Expect(hasTaint(ctx, k8sClient, name, startupTaint.Key)(Default)).To(BeTrue(), "kubelet registered its Node with the startup taint")
+			Eventually(func() error {
+				return k8sClient.Get(ctx, client.ObjectKey{Name: name}, &storagev1.CSINode{})
+			}, time.Minute).Should(Succeed(), "kubelet writes its (empty) CSINode")
+
+			driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(driver.Stop)
+			metrics := freeAddr()
+			agent := runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(),
+				"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
+			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "2s").Should(BeTrue(),
+				"the driver is ready, but kubelet has not registered it")
+
+			By("registering the driver with kubelet, as node-driver-registrar does")
+			reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(reg.Unregister)
+			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
+			Expect(reg.Statuses()).To(ContainElement(BeNil()), "kubelet reported the registration as done")
+			node := &corev1.Node{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+			Expect(node.Spec.Taints).To(ContainElement(HaveField("Key", corev1.TaintNodeNotReady)), "a taint the agent does not own stays")
+			Expect(node.Annotations).To(HaveKey("csi.volume.kubernetes.io/nodeid"), "kubelet wrote the driver's node ID")
+
+			By("unregistering the driver and registering it again: kubelet's writes to its Node cause no reconcile and no request")
+			reconciles := func(g Gomega) float64 {
+				return metricSum(g, metrics, "controller_runtime_reconcile_total", `controller="startup-taint"`)
+			}
+			requests := func(g Gomega) float64 { return metricSum(g, metrics, "rest_client_requests_total", "") }
+			Eventually(func(g Gomega) {
+				before := reconciles(g)
+				g.Consistently(reconciles, "1s").Should(Equal(before))
+			}).Should(Succeed(), "the agent settles after the removal")
+			reconcilesBefore, requestsBefore := reconciles(Default), requests(Default)
+			nodeWrites := 0
+			rv := node.ResourceVersion
+			countWrites := func(g Gomega) {
+				n := &corev1.Node{}
+				g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, n)).To(Succeed())
+				if n.ResourceVersion != rv {
+					rv, nodeWrites = n.ResourceVersion, nodeWrites+1
+				}
+			}
+			reg.Unregister()
+			Eventually(func(g Gomega) []string { countWrites(g); return drivers(g) }, time.Minute).Should(BeEmpty())
+			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(), "the agent never re-taints")
+			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(reg.Unregister)
+			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 2),
+				"kubelet removed and re-added its driver's node ID annotation")
+			Expect(requests(Default)).To(Equal(requestsBefore), "no request from the agent")
+			GinkgoWriter.Printf("kubelet wrote its Node %d times, its CSINode twice; the agent reconciled %v times and sent %v requests meanwhile\n",
+				nodeWrites, reconciles(Default)-reconcilesBefore, requests(Default)-requestsBefore)
+			Expect(reconciles(Default)-reconcilesBefore).To(BeNumerically("<=", 2),
+				"the CSINode changes reconcile (one each); kubelet's Node writes do not")
+
+			By("restarting kubelet")
+			reg.Unregister()
+			kubelet.Stop()
+			kubelet = startKubelet(ctx, name)
+			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(reg.Unregister)
+			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(),
+				"kubelet registers its taints only when it creates the Node")
+			Expect(agent).NotTo(gexec.Exit(), "the agent neither crashed nor stopped")
+		})
+})

@@ -1,0 +1,155 @@
+// Package hollowkubelet runs kubemark's hollow node as a process: the real kubelet code with a
+// fake container runtime. It registers its Node, writes its CSINode, and registers CSI drivers
+// through its plugin watcher as a kubelet does, so the tests need not write what kubelet would.
+// hack/envtest builds the kubemark binary beside the envtest binaries.
+package hollowkubelet
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Binary returns the path of the kubemark binary beside the envtest binaries
+// (KUBEBUILDER_ASSETS), or an error saying how to build it.
+func Binary() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	path := filepath.Join(dir, "kubemark")
+	if dir == "" {
+		return "", errors.New("KUBEBUILDER_ASSETS is not set: run the tests through make, or set it")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no kubemark at %s: run `make envtest`: %w", path, err)
+	}
+	return path, nil
+}
+
+// Kubelet is a running hollow kubelet.
+type Kubelet struct {
+	// Node is the name it registers.
+	Node string
+	// RootDir is its root directory; CSI drivers register through RootDir/plugins_registry.
+	RootDir string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	mu     sync.Mutex
+	err    error
+}
+
+// Options say how to start a hollow kubelet.
+type Options struct {
+	// Binary is kubemark's path (see Binary).
+	Binary string
+	// Kubeconfig is the identity the kubelet talks to the API server with.
+	Kubeconfig string
+	// Node is the name it registers.
+	Node string
+	// RegisterWithTaints are the taints, as KEY[=VALUE]:EFFECT, it registers its Node with.
+	RegisterWithTaints []string
+	// Port is its kubelet port (it serves nothing the tests use, but must not collide).
+	Port int
+	// Log receives its output.
+	Log io.Writer
+}
+
+var rootDirLine = regexp.MustCompile(`Using (\S+) as root dir for hollow-kubelet`)
+
+// Start starts a hollow kubelet and returns once its plugin watcher has created the plugins
+// registry.
+func Start(o Options) (*Kubelet, error) {
+	args := make([]string, 0, 6+len(o.RegisterWithTaints))
+	args = append(args, "--morph=kubelet", "--name="+o.Node, "--kubeconfig="+o.Kubeconfig,
+		"--kubelet-port="+strconv.Itoa(o.Port), "--kubelet-read-only-port=0", "--use-host-image-service=false")
+	for _, t := range o.RegisterWithTaints {
+		args = append(args, "--register-with-taints="+t)
+	}
+	cmd := exec.Command(o.Binary, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("hollow kubelet: %w", err)
+	}
+	cmd.Stdout = o.Log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the hollow kubelet: %w", err)
+	}
+	k := &Kubelet{Node: o.Node, cmd: cmd, exited: make(chan struct{})}
+	root := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(out)
+		scanner.Buffer(make([]byte, 64*1024), 1024*1024)
+		for scanner.Scan() {
+			line := scanner.Text()
+			_, _ = fmt.Fprintln(o.Log, line)
+			if m := rootDirLine.FindStringSubmatch(line); m != nil {
+				select {
+				case root <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		err := cmd.Wait()
+		k.mu.Lock()
+		k.err = err
+		k.mu.Unlock()
+		close(k.exited)
+	}()
+	deadline := time.After(time.Minute)
+	select {
+	case k.RootDir = <-root:
+	case <-k.exited:
+		return nil, fmt.Errorf("the hollow kubelet exited before it started: %w", k.Err())
+	case <-deadline:
+		k.Stop()
+		return nil, errors.New("the hollow kubelet did not tell its root dir within a minute")
+	}
+	for {
+		if _, err := os.Stat(k.PluginsRegistry()); err == nil {
+			return k, nil
+		}
+		select {
+		case <-k.exited:
+			return nil, fmt.Errorf("the hollow kubelet exited before it started: %w", k.Err())
+		case <-deadline:
+			k.Stop()
+			return nil, errors.New("the hollow kubelet's plugin watcher did not start within a minute")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// PluginsRegistry is the directory whose sockets kubelet's plugin watcher registers.
+func (k *Kubelet) PluginsRegistry() string { return filepath.Join(k.RootDir, "plugins_registry") }
+
+// Err is how the process ended, once it has.
+func (k *Kubelet) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// Exited is closed when the process has ended.
+func (k *Kubelet) Exited() <-chan struct{} { return k.exited }
+
+// Stop ends the kubelet (SIGTERM, then SIGKILL after 10 s) and waits for it.
+func (k *Kubelet) Stop() {
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-k.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.exited
+	}
+}
