@@ -1,6 +1,7 @@
 // Command demo runs startup-taint-remover end to end on a local control plane: an envtest API
-// server, a Node registered with a startup taint, a demo CSI driver on a Unix socket, and the real
-// binary. It prints each step with the time it took. `make demo` runs it.
+// server, a real kubelet (kubemark's hollow node) that registers its Node with a startup taint, a
+// demo CSI driver on a Unix socket that registers with kubelet as node-driver-registrar does, and
+// the real binary. It prints each step with the time it took. `make demo` runs it.
 package main
 
 import (
@@ -9,24 +10,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
-
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 )
 
 const (
@@ -85,37 +87,50 @@ func run(binary string) error {
 	done()
 
 	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
-	done = step("registering node %s with its startup taint and another taint", nodeName)
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
-			startup,
-			{Key: "example.com/dedicated", Value: "storage", Effect: corev1.TaintEffectNoSchedule},
-		}},
-	}
-	if err := c.Create(ctx, node); err != nil {
-		return err
-	}
-	done()
-	if err := printTaints(ctx, c, "before"); err != nil {
-		return err
-	}
-
-	done = step("starting the demo CSI driver %s on a Unix socket", driverName)
-	driver, err := fakecsi.Start(filepath.Join(work, "csi.sock"), driverName, fakecsi.Ready)
+	done = step("starting kubelet (kubemark's hollow node), which registers node %s with its startup taint and another taint", nodeName)
+	kubemark, err := hollowkubelet.Binary()
 	if err != nil {
 		return err
 	}
-	defer driver.Stop()
+	kubeletAddr, err := expectations.FreeAddr()
+	if err != nil {
+		return err
+	}
+	_, kubeletPort, err := net.SplitHostPort(kubeletAddr)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(kubeletPort)
+	if err != nil {
+		return err
+	}
+	kubeletLog, err := os.Create(filepath.Join(work, "kubelet.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = kubeletLog.Close() }()
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Binary: kubemark, Kubeconfig: kubeconfig, Node: nodeName, Port: port,
+		RegisterWithTaints: []string{startup.Key + "=:" + string(startup.Effect), "example.com/dedicated=storage:NoSchedule"},
+		Log:                kubeletLog})
+	if err != nil {
+		return err
+	}
+	defer kubelet.Stop()
+	if err := waitFor(ctx, func() bool { return c.Get(ctx, client.ObjectKey{Name: nodeName}, &corev1.Node{}) == nil }); err != nil {
+		return fmt.Errorf("kubelet did not register its Node: %w", err)
+	}
 	done()
+	if err := printTaints(ctx, c, "as kubelet registered it"); err != nil {
+		return err
+	}
 
 	metricsAddr, err := expectations.FreeAddr()
 	if err != nil {
 		return err
 	}
-	done = step("starting %s (it waits for kubelet to register the driver in CSINode)", binary)
+	done = step("starting %s (it waits for the driver, and for kubelet to register it in CSINode)", binary)
 	cmd := exec.CommandContext(ctx, binary,
-		"--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+driver.Path(),
+		"--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+filepath.Join(work, "csi.sock"),
 		// Plain HTTP on loopback, so the demo can read the metrics without a token.
 		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0")
 	stderr, err := cmd.StderrPipe()
@@ -133,25 +148,46 @@ func run(binary string) error {
 			_ = cmd.Wait()
 		}
 	}()
+	done()
+
+	done = step("starting the demo CSI driver %s on a Unix socket", driverName)
+	driver, err := fakecsi.Start(filepath.Join(work, "csi.sock"), driverName, fakecsi.Ready)
+	if err != nil {
+		return err
+	}
+	defer driver.Stop()
 	if err := waitFor(ctx, func() bool { return driver.Probes() > 0 }); err != nil {
 		return fmt.Errorf("the binary never probed the driver: %w", err)
 	}
 	done()
-
-	time.Sleep(2 * time.Second)
-	if err := printTaints(ctx, c, "2s later, driver ready but not yet registered"); err != nil {
+	if err := printTaints(ctx, c, "driver ready, not yet registered with kubelet"); err != nil {
 		return err
 	}
 
-	done = step("registering the driver in CSINode %s, as kubelet does", nodeName)
-	registered := time.Now()
-	csiNode := &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: nodeName}}},
-	}
-	if err := c.Create(ctx, csiNode); err != nil {
+	done = step("registering the driver with kubelet through its plugins registry, as node-driver-registrar does")
+	registering := time.Now()
+	reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+	if err != nil {
 		return err
 	}
+	defer reg.Unregister()
+	var written time.Time
+	if err := waitFor(ctx, func() bool {
+		cn := &storagev1.CSINode{}
+		if c.Get(ctx, client.ObjectKey{Name: nodeName}, cn) != nil {
+			return false
+		}
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == driverName {
+				written = time.Now()
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		return fmt.Errorf("kubelet did not register the driver: %w", err)
+	}
+	fmt.Printf("    kubelet wrote the driver into CSINode %s after the registrar started\n", written.Sub(registering).Round(time.Millisecond))
 	if err := waitFor(ctx, func() bool {
 		n := &corev1.Node{}
 		if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
@@ -166,7 +202,7 @@ func run(binary string) error {
 	}); err != nil {
 		return fmt.Errorf("the startup taint was not removed: %w", err)
 	}
-	fmt.Printf("    startup taint removed %s after CSINode registration\n", time.Since(registered).Round(time.Millisecond))
+	fmt.Printf("    startup taint removed %s after kubelet's CSINode write\n", time.Since(written).Round(time.Millisecond))
 	done()
 	if err := printTaints(ctx, c, "after"); err != nil {
 		return err
@@ -232,7 +268,7 @@ func waitFor(ctx context.Context, cond func() bool) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	return nil

@@ -42,23 +42,31 @@ func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
 	return k
 }
 
+// csiNodeDrivers returns the drivers kubelet has written into the node's CSINode, with their
+// allocatable count (-1 when there is none), by name.
+func csiNodeDrivers(ctx context.Context, node string) func(Gomega) map[string]int32 {
+	return func(g Gomega) map[string]int32 {
+		cn := &storagev1.CSINode{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: node}, cn); err != nil {
+			g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+			return nil
+		}
+		out := map[string]int32{}
+		for _, d := range cn.Spec.Drivers {
+			out[d.Name] = -1
+			if d.Allocatable != nil && d.Allocatable.Count != nil {
+				out[d.Name] = *d.Allocatable.Count
+			}
+		}
+		return out
+	}
+}
+
 var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func() {
 	It("removes exactly its taint once kubelet has registered the driver, never before, and survives the driver's and kubelet's restarts",
 		func(ctx SpecContext) {
 			const name = "e2e-kubelet"
-			// The drivers kubelet has written into the node's CSINode.
-			drivers := func(g Gomega) []string {
-				cn := &storagev1.CSINode{}
-				if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, cn); err != nil {
-					g.Expect(client.IgnoreNotFound(err)).To(Succeed())
-					return nil
-				}
-				var names []string
-				for _, d := range cn.Spec.Drivers {
-					names = append(names, d.Name)
-				}
-				return names
-			}
+			drivers := csiNodeDrivers(ctx, name)
 			DeferCleanup(func(ctx SpecContext) {
 				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
 				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
@@ -82,7 +90,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reg.Unregister)
-			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 			Expect(reg.Statuses()).To(ContainElement(BeNil()), "kubelet reported the registration as done")
 			node := &corev1.Node{}
@@ -110,12 +118,12 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 				}
 			}
 			reg.Unregister()
-			Eventually(func(g Gomega) []string { countWrites(g); return drivers(g) }, time.Minute).Should(BeEmpty())
+			Eventually(func(g Gomega) map[string]int32 { countWrites(g); return drivers(g) }, time.Minute).Should(BeEmpty())
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(), "the agent never re-taints")
 			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reg.Unregister)
-			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 2),
 				"kubelet removed and re-added its driver's node ID annotation")
 			Expect(requests(Default)).To(Equal(requestsBefore), "no request from the agent")
@@ -131,9 +139,39 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reg.Unregister)
-			Eventually(drivers, time.Minute).Should(ConsistOf(driverName))
+			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(),
 				"kubelet registers its taints only when it creates the Node")
 			Expect(agent).NotTo(gexec.Exit(), "the agent neither crashed nor stopped")
 		})
+
+	It("waits for the attach limit kubelet publishes, with the driver registered before the agent starts", func(ctx SpecContext) {
+		const name = "e2e-kubelet-allocatable"
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+		})
+		drivers := csiNodeDrivers(ctx, name)
+		kubelet := startKubelet(ctx, name)
+		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(driver.Stop)
+		reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { reg.Unregister() })
+		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(-1)), "registered, no attach limit")
+
+		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--require-allocatable",
+			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
+		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "2s").Should(BeTrue(), "no allocatable count yet")
+
+		By("the driver publishing its attach limit, which kubelet writes when it registers it")
+		reg.Unregister()
+		Eventually(drivers, time.Minute).Should(BeEmpty())
+		driver.SetMaxVolumes(25)
+		reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(25)))
+		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
+	})
 })

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -67,12 +68,10 @@ var rootDirLine = regexp.MustCompile(`Using (\S+) as root dir for hollow-kubelet
 // Start starts a hollow kubelet and returns once its plugin watcher has created the plugins
 // registry.
 func Start(o Options) (*Kubelet, error) {
-	args := make([]string, 0, 6+len(o.RegisterWithTaints))
-	args = append(args, "--morph=kubelet", "--name="+o.Node, "--kubeconfig="+o.Kubeconfig,
-		"--kubelet-port="+strconv.Itoa(o.Port), "--kubelet-read-only-port=0", "--use-host-image-service=false")
-	for _, t := range o.RegisterWithTaints {
-		args = append(args, "--register-with-taints="+t)
-	}
+	args := []string{"--morph=kubelet", "--name=" + o.Node, "--kubeconfig=" + o.Kubeconfig,
+		"--kubelet-port=" + strconv.Itoa(o.Port), "--kubelet-read-only-port=0", "--use-host-image-service=false",
+		// One flag: a repeated --register-with-taints replaces the earlier list.
+		"--register-with-taints=" + strings.Join(o.RegisterWithTaints, ",")}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StderrPipe()
