@@ -157,12 +157,13 @@ func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleet
 		cfg := rest.CopyConfig(e.cfg)
 		cfg.QPS, cfg.Burst = 0, 0
 		cfg.WrapTransport = cnt.wrap
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-			// The binary's own cache and mapper options.
-			Scheme: scheme.Scheme, Cache: controllers.CacheOptions(name), MapperProvider: controllers.RESTMapper,
-			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		})
+		// The binary's own manager options, without its endpoints; many agents run in this process.
+		opts := controllers.ManagerOptions(name)
+		opts.Scheme = scheme.Scheme
+		opts.Metrics = metricsserver.Options{BindAddress: "0"}
+		opts.HealthProbeBindAddress = "0"
+		opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+		mgr, err := ctrl.NewManager(cfg, opts)
 		if err != nil {
 			return res, err
 		}

@@ -87,12 +87,13 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(e.cfg, ctrl.Options{
-		// The binary's own cache and mapper options.
-		Scheme: scheme.Scheme, Cache: controllers.CacheOptions(name), MapperProvider: controllers.RESTMapper,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	// The binary's own manager options, without its endpoints; many agents run in this process.
+	opts := controllers.ManagerOptions(name)
+	opts.Scheme = scheme.Scheme
+	opts.Metrics = metricsserver.Options{BindAddress: "0"}
+	opts.HealthProbeBindAddress = "0"
+	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(e.cfg, opts)
 	if err != nil {
 		return nil, err
 	}

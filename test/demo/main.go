@@ -10,12 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -88,30 +86,7 @@ func run(binary string) error {
 
 	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
 	done = step("starting kubelet (kubemark's hollow node), which registers node %s with its startup taint and another taint", nodeName)
-	kubemark, err := hollowkubelet.Binary()
-	if err != nil {
-		return err
-	}
-	kubeletAddr, err := expectations.FreeAddr()
-	if err != nil {
-		return err
-	}
-	_, kubeletPort, err := net.SplitHostPort(kubeletAddr)
-	if err != nil {
-		return err
-	}
-	port, err := strconv.Atoi(kubeletPort)
-	if err != nil {
-		return err
-	}
-	kubeletLog, err := os.Create(filepath.Join(work, "kubelet.log"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = kubeletLog.Close() }()
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Binary: kubemark, Kubeconfig: kubeconfig, Node: nodeName, Port: port,
-		RegisterWithTaints: []string{startup.Key + "=:" + string(startup.Effect), "example.com/dedicated=storage:NoSchedule"},
-		Log:                kubeletLog})
+	kubelet, err := startKubelet(work, kubeconfig, startup)
 	if err != nil {
 		return err
 	}
@@ -171,6 +146,58 @@ func run(binary string) error {
 		return err
 	}
 	defer reg.Unregister()
+	if err := timeRemoval(ctx, c, registering, startup); err != nil {
+		return err
+	}
+	done()
+	if err := printTaints(ctx, c, "after"); err != nil {
+		return err
+	}
+
+	if err := printMetrics(ctx, metricsAddr); err != nil {
+		return err
+	}
+
+	done = step("stopping the binary with SIGTERM and cleaning up")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	<-logsDone
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("the binary did not exit cleanly: %w", err)
+	}
+	done()
+	return nil
+}
+
+// startKubelet starts kubemark's hollow kubelet, logging to a file in work, registering its Node
+// with the startup taint and another one.
+func startKubelet(work, kubeconfig string, startup corev1.Taint) (*hollowkubelet.Kubelet, error) {
+	kubemark, err := hollowkubelet.Binary()
+	if err != nil {
+		return nil, err
+	}
+	port, err := expectations.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	kubeletLog, err := os.Create(filepath.Join(work, "kubelet.log"))
+	if err != nil {
+		return nil, err
+	}
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Binary: kubemark, Kubeconfig: kubeconfig, Node: nodeName, Port: port,
+		RegisterWithTaints: []string{startup.Key + "=:" + string(startup.Effect), "example.com/dedicated=storage:NoSchedule"},
+		Log:                kubeletLog})
+	if err != nil {
+		_ = kubeletLog.Close()
+		return nil, err
+	}
+	return kubelet, nil
+}
+
+// timeRemoval waits for kubelet to write the driver into CSINode and for the startup taint to go,
+// and prints how long each took.
+func timeRemoval(ctx context.Context, c client.Client, registering time.Time, startup corev1.Taint) error {
 	var written time.Time
 	if err := waitFor(ctx, func() bool {
 		cn := &storagev1.CSINode{}
@@ -203,24 +230,6 @@ func run(binary string) error {
 		return fmt.Errorf("the startup taint was not removed: %w", err)
 	}
 	fmt.Printf("    startup taint removed %s after kubelet's CSINode write\n", time.Since(written).Round(time.Millisecond))
-	done()
-	if err := printTaints(ctx, c, "after"); err != nil {
-		return err
-	}
-
-	if err := printMetrics(ctx, metricsAddr); err != nil {
-		return err
-	}
-
-	done = step("stopping the binary with SIGTERM and cleaning up")
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	<-logsDone
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("the binary did not exit cleanly: %w", err)
-	}
-	done()
 	return nil
 }
 

@@ -2,14 +2,13 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,11 +25,7 @@ func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
 	GinkgoHelper()
 	bin, err := hollowkubelet.Binary()
 	Expect(err).NotTo(HaveOccurred())
-	addr, err := expectations.FreeAddr()
-	Expect(err).NotTo(HaveOccurred())
-	_, port, err := net.SplitHostPort(addr)
-	Expect(err).NotTo(HaveOccurred())
-	p, err := strconv.Atoi(port)
+	p, err := expectations.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	k, err := hollowkubelet.Start(hollowkubelet.Options{Binary: bin, Kubeconfig: kubeconfig, Node: node, Port: p,
 		RegisterWithTaints: []string{startupTaint.Key + "=:" + string(startupTaint.Effect)}, Log: GinkgoWriter})
@@ -126,6 +121,15 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 2),
 				"kubelet removed and re-added its driver's node ID annotation")
+			By("kubelet renewing its Lease, its heartbeat")
+			lease := &coordinationv1.Lease{}
+			leaseKey := client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: name}
+			Eventually(func() error { return k8sClient.Get(ctx, leaseKey, lease) }, 30*time.Second).Should(Succeed())
+			renewed := lease.Spec.RenewTime.DeepCopy()
+			Eventually(func(g Gomega) *metav1.MicroTime {
+				g.Expect(k8sClient.Get(ctx, leaseKey, lease)).To(Succeed())
+				return lease.Spec.RenewTime
+			}, 40*time.Second, time.Second).ShouldNot(Equal(renewed))
 			Expect(requests(Default)).To(Equal(requestsBefore), "no request from the agent")
 			GinkgoWriter.Printf("kubelet wrote its Node %d times, its CSINode twice; the agent reconciled %v times and sent %v requests meanwhile\n",
 				nodeWrites, reconciles(Default)-reconcilesBefore, requests(Default)-requestsBefore)

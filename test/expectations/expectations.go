@@ -6,6 +6,7 @@ package expectations
 import (
 	"context"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -60,6 +61,19 @@ func FreeAddr() (string, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return 0, err
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(port)
 }
 
 // StartManager runs a manager with opts (controllers.ManagerOptions, as the binary uses) and
