@@ -56,12 +56,12 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix
 
 .PHONY: bench
-bench: envtest build ## Benchmark reaction time, memory and API cost, and a fleet start; writes docs/bench/.
+bench: envtest build ## Benchmark reaction time, memory and API cost, a fleet start and the start with a real kubelet; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
 	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --out=docs/bench
 
 .PHONY: demo
-demo: envtest build ## Run the binary against a local control plane and a demo CSI driver.
+demo: envtest build ## Run the binary against a local control plane, a hollow kubelet and a demo CSI driver.
 	go run ./test/demo --binary=bin/startup-taint-remover
 
 ##@ Build
