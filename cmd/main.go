@@ -154,6 +154,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		RequireCSINode:     opts.requireCSINode,
 		RequireAllocatable: opts.requireAllocatable,
 		ProbeInterval:      opts.probeInterval,
+		MaxWait:            opts.maxWait,
 		Confinement:        controllers.NewConfinementCheck(opts.requireConfinement),
 	}
 	if opts.csiAddress != "" {

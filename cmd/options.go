@@ -29,6 +29,7 @@ type options struct {
 	readyURL           string
 	probeInterval      time.Duration
 	probeTimeout       time.Duration
+	maxWait            time.Duration
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -97,6 +98,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"How often the CSI socket and the ready URL are probed.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,
 		"How long one probe may take before the agent counts as not ready.")
+	fs.DurationVar(&o.maxWait, "max-wait", 0,
+		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
+			"0 (the default) waits forever.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
 		"Address the metrics endpoint binds to; \"0\" turns it off.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
@@ -183,6 +187,8 @@ func (o *options) validateGates(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
+	case o.maxWait < 0:
+		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
 	}
 	if o.readyURL != "" {
 		u, err := url.Parse(o.readyURL)

@@ -24,7 +24,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 	}
 	if o.nodeName != "node-a" || o.csiAddress != "/csi/csi.sock" || !o.requireCSINode || o.requireAllocatable ||
 		o.probeInterval != time.Second || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || len(o.taints) != 0 ||
-		o.requireConfinement {
+		o.requireConfinement || o.maxWait != 0 {
 		t.Fatalf("unexpected defaults: %+v", o)
 	}
 }
@@ -32,14 +32,14 @@ func TestParseOptionsDefaults(t *testing.T) {
 func TestParseOptionsValues(t *testing.T) {
 	o, err := parseOptions([]string{
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
-		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement",
+		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
-		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement {
+		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -75,6 +75,8 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"zero timeout", []string{csi, "--probe-timeout=0"}, node, "--probe-timeout"},
 		{"bool not a bool", []string{csi, "--require-csinode=maybe"}, node, "-require-csinode"},
 		{"confinement not a bool", []string{csi, "--require-confinement=maybe"}, node, "-require-confinement"},
+		{"negative maximum wait", []string{csi, "--max-wait=-1m"}, node, "--max-wait: -1m0s is negative"},
+		{"maximum wait not a duration", []string{csi, "--max-wait=soon"}, node, "-max-wait"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
 		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},

@@ -42,8 +42,13 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 	for _, key := range rem.specs {
 		metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
 		metrics.Present.WithLabelValues(key).Set(0)
+		if rem.unready != nil {
+			metrics.ForcedRemovals.WithLabelValues(key).Inc()
+		}
 	}
-	metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
+	if rem.unready == nil {
+		metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
+	}
 	if rem.first {
 		metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
 	}
@@ -51,6 +56,15 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		r.permissionsChanged()
 	}
 	logger := log.FromContext(ctx)
+	if rem.unready != nil {
+		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
+			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason,
+			"sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonTaintRemovedUnready, "RemoveTaint",
+			"Removed startup taints %v after the maximum wait (%s after the node was created) although %s",
+			rem.taints, rem.sinceCreation.Round(time.Second), rem.unready.Error())
+		return
+	}
 	if rem.again {
 		held := rem.heldFor.Round(time.Millisecond)
 		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())

@@ -53,10 +53,11 @@ const EventSource = "startup-taint-remover"
 
 // Reasons of the events the controller records on its Node.
 const (
-	ReasonTaintRemoved      = "TaintRemoved"
-	ReasonTaintRemovedAgain = "TaintRemovedAgain"
-	ReasonWaitingForDriver  = "WaitingForDriver"
-	ReasonRemovalFailed     = "RemovalFailed"
+	ReasonTaintRemoved        = "TaintRemoved"
+	ReasonTaintRemovedAgain   = "TaintRemovedAgain"
+	ReasonWaitingForDriver    = "WaitingForDriver"
+	ReasonRemovalFailed       = "RemovalFailed"
+	ReasonTaintRemovedUnready = "TaintRemovedUnready"
 )
 
 // NodeReconciler removes the configured startup taints from one Node once every readiness gate
@@ -93,6 +94,10 @@ type NodeReconciler struct {
 	Gates []Gate
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
+	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
+	// has passed, the startup taints are removed even though a gate does not pass, for clusters
+	// that prefer a usable node with a broken agent to a node that never schedules.
+	MaxWait time.Duration
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
@@ -224,6 +229,8 @@ func (r *NodeReconciler) validate() error {
 		return errors.New("NodeReconciler: RequireCSINode needs CSI")
 	case r.RequireAllocatable && !r.RequireCSINode:
 		return errors.New("NodeReconciler: RequireAllocatable needs RequireCSINode")
+	case r.MaxWait < 0:
+		return errors.New("NodeReconciler: MaxWait is negative")
 	}
 	return nil
 }
@@ -278,10 +285,14 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if len(obs.held) == 0 {
 		return ctrl.Result{}, nil
 	}
-	if notReady != nil {
-		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile.
+	// Never forced before the gates have been probed once: a restarted agent would otherwise
+	// remove a taint unready that its first probe would have removed ready.
+	forced := notReady != nil && notReady.reason != reasonNotProbed && r.deadlinePassed(node, now)
+	if notReady != nil && !forced {
+		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile,
+		// and the deadline, when there is one, the last.
 		r.reportWaiting(ctx, node, notReady, r.state.firstWait(notReady))
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: r.untilDeadline(node, now)}, nil
 	}
 
 	removed, err := r.removeTaints(ctx, node, specs)
@@ -298,8 +309,25 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if len(removed) == 0 {
 		return ctrl.Result{}, nil // already gone, or the Node was deleted meanwhile
 	}
-	r.reportRemoval(ctx, node, r.state.recordRemoval(node, removed, specsSelecting(removed, specs), readySince, r.Clock.Now()))
+	rem := r.state.recordRemoval(node, removed, specsSelecting(removed, specs), readySince, r.Clock.Now())
+	if forced {
+		rem.unready = notReady
+	}
+	r.reportRemoval(ctx, node, rem)
 	return ctrl.Result{}, nil
+}
+
+// deadlinePassed reports whether MaxWait is set and has passed since the Node's creation.
+func (r *NodeReconciler) deadlinePassed(node *corev1.Node, now time.Time) bool {
+	return r.MaxWait > 0 && !now.Before(node.CreationTimestamp.Add(r.MaxWait))
+}
+
+// untilDeadline is how long until MaxWait passes, or zero when it is not set.
+func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Duration {
+	if r.MaxWait <= 0 {
+		return 0
+	}
+	return node.CreationTimestamp.Add(r.MaxWait).Sub(now)
 }
 
 // checkGates returns the first gate that does not pass, or nil and the time since when all pass.

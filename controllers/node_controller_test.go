@@ -92,6 +92,20 @@ var _ = Describe("NodeReconciler", func() {
 			expectTaintGone(ctx)
 		})
 
+		It("with a maximum wait, holds the taint until the deadline, then removes it although the driver is not ready", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint, other)
+			registerDriver(ctx, nodeName, nil)
+			created := time.Now()
+			startFor(fakecsi.NotReady, func(r *controllers.NodeReconciler) { r.MaxWait = 3 * time.Second })
+			Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(startupTaint.Key)) }, "1500ms").
+				WithContext(ctx).Should(Succeed())
+			expectTaintGone(ctx)
+			// The deadline counts from creationTimestamp, which has whole seconds.
+			Expect(time.Since(created)).To(BeNumerically(">=", 2*time.Second))
+			Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(other))
+			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedUnready))
+		})
+
 		It("reads an unset ready field as ready", func(ctx SpecContext) {
 			createNode(ctx, nodeName, startupTaint)
 			registerDriver(ctx, nodeName, nil)

@@ -118,6 +118,8 @@ type removal struct {
 	readyFor time.Duration
 	// permissionsChanged is set when the patch before this one was forbidden.
 	permissionsChanged bool
+	// unready is the gate that still did not pass when MaxWait forced the removal; nil otherwise.
+	unready *gateError
 }
 
 // recordRemoval records that the taints specs selected were removed, and ends the episode.

@@ -263,3 +263,53 @@ func TestANodeRecreatedUnderTheSameNameStartsAfresh(t *testing.T) {
 func requestFor(name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
 }
+
+func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
+	e := newEpisodeTest(t, testNode("uid-6", startup))
+	e.r.MaxWait = 10 * time.Minute
+	forced := testutil.ToFloat64(metrics.ForcedRemovals.WithLabelValues(startup.Key))
+	count, _ := histogram(t, metrics.RemovalSeconds)
+
+	e.clock.Step(4 * time.Minute)
+	res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+	if err != nil || res.RequeueAfter != 6*time.Minute {
+		t.Fatalf("Reconcile() = %v, %v; want a requeue at the deadline, 6m later", res, err)
+	}
+	expectEvents(t, e.events(), "WaitingForDriver")
+
+	e.clock.Step(6 * time.Minute)
+	e.reconcile()
+	expectEvents(t, e.events(), "Warning TaintRemovedUnready Removed startup taints [example.com/agent-not-ready:NoExecute] "+
+		"after the maximum wait (10m0s after the node was created) although flip gate: driver reports not ready")
+	if got := testutil.ToFloat64(metrics.ForcedRemovals.WithLabelValues(startup.Key)) - forced; got != 1 {
+		t.Fatalf("startup_taint_forced_removals_total rose by %v, want 1", got)
+	}
+	if c, s := histogram(t, metrics.RemovalSeconds); c != count+1 || s < 600 {
+		t.Fatalf("the forced removal is the node's first removal: want one sample of 600s, got %d samples", c-count)
+	}
+	node := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(MatchingTaints(node.Spec.Taints, e.r.Taints)) != 0 {
+		t.Fatal("the taint is still there after the deadline")
+	}
+}
+
+func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-7", startup)).Build()
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: []TaintSpec{{Key: startup.Key}},
+		Gates: []Gate{&flipGate{}}, Recorder: events.NewFakeRecorder(10), MaxWait: time.Minute,
+		Clock: clocktesting.NewFakeClock(testStart.Add(time.Hour))}
+	r.build() // not probed yet, as right after a restart
+	if err := reconcileNode(t, r); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(MatchingTaints(node.Spec.Taints, r.Taints)) == 0 {
+		t.Fatal("the taint was forced off before the gates were probed once")
+	}
+}

@@ -80,6 +80,12 @@ var (
 		Help: "Failed probes of a local readiness gate, by reason class.",
 	}, []string{labelGate, "reason"})
 
+	// ForcedRemovals counts removals that the maximum wait forced while a gate did not pass.
+	ForcedRemovals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_forced_removals_total",
+		Help: "Startup taints removed after the maximum wait (--max-wait) although a readiness gate did not pass.",
+	}, []string{labelTaint})
+
 	// Confined is 1 while the admission policy is known to confine this agent.
 	Confined = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "startup_taint_confined",
@@ -96,7 +102,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
-		GateReady, ProbeDuration, ProbeErrors, Confined, BuildInfo)
+		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Confined, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 

@@ -121,6 +121,8 @@ current-context: c
 			{[]string{"--probe-interval=-1s"}, "--probe-interval"},
 			{[]string{"--probe-timeout=0"}, "--probe-timeout"},
 			{[]string{"--probe-timeout=soon"}, "-probe-timeout"},
+			{[]string{"--max-wait=-5m"}, "--max-wait"},
+			{[]string{"--max-wait=later"}, "-max-wait"},
 			{[]string{"--metrics-bind-address="}, "--metrics-bind-address"},
 			{[]string{"--metrics-bind-address=8443"}, "--metrics-bind-address"},
 			{[]string{"--metrics-bind-address=:99999"}, "--metrics-bind-address"},
