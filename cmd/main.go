@@ -155,7 +155,11 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		RequireAllocatable: opts.requireAllocatable,
 		ProbeInterval:      opts.probeInterval,
 		MaxWait:            opts.maxWait,
-		Confinement:        controllers.NewConfinementCheck(opts.requireConfinement),
+		DryRun:             opts.dryRun,
+	}
+	if !opts.dryRun {
+		// A dry run sends no request that could write, not even the check's dry-run patch.
+		r.Confinement = controllers.NewConfinementCheck(opts.requireConfinement)
 	}
 	if opts.csiAddress != "" {
 		gate, err := controllers.NewCSIGate(opts.csiAddress, opts.probeTimeout)

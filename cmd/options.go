@@ -30,6 +30,7 @@ type options struct {
 	probeInterval      time.Duration
 	probeTimeout       time.Duration
 	maxWait            time.Duration
+	dryRun             bool
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -101,6 +102,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
+	fs.BoolVar(&o.dryRun, "dry-run", false,
+		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
+			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
 		"Address the metrics endpoint binds to; \"0\" turns it off.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
@@ -189,6 +193,8 @@ func (o *options) validateGates(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
 	case o.maxWait < 0:
 		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
+	case o.dryRun && o.requireConfinement:
+		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
 	}
 	if o.readyURL != "" {
 		u, err := url.Parse(o.readyURL)

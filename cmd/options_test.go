@@ -75,6 +75,7 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"zero timeout", []string{csi, "--probe-timeout=0"}, node, "--probe-timeout"},
 		{"bool not a bool", []string{csi, "--require-csinode=maybe"}, node, "-require-csinode"},
 		{"confinement not a bool", []string{csi, "--require-confinement=maybe"}, node, "-require-confinement"},
+		{"dry run with required confinement", []string{csi, "--dry-run", "--require-confinement"}, node, "--require-confinement"},
 		{"negative maximum wait", []string{csi, "--max-wait=-1m"}, node, "--max-wait: -1m0s is negative"},
 		{"maximum wait not a duration", []string{csi, "--max-wait=soon"}, node, "-max-wait"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},

@@ -77,6 +77,23 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		"Removed startup taints %v, %s after the node was created", rem.taints, rem.sinceCreation.Round(time.Second))
 }
 
+// reportWouldRemove reports the removal a dry run would have made: the counter, an event and a
+// log line. unready is the gate that still did not pass when the removal would have been forced.
+func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Node, held []corev1.Taint, specs []TaintSpec,
+	unready *gateError) {
+	for _, spec := range specs {
+		metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+	}
+	why := "every readiness gate passes"
+	if unready != nil {
+		why = "the maximum wait has passed, although " + unready.Error()
+	}
+	taints := taintStrings(held)
+	log.FromContext(ctx).Info("dry run: would remove startup taints", "taints", taints, "why", why)
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWouldRemoveTaint, "RemoveTaint",
+		"Dry run: would remove startup taints %v now: %s", taints, why)
+}
+
 // reportFailure reports a failed removal of the taints specs selected: the counter on every
 // attempt, an event (and for a forbidden patch, the one log line) when the failure class changes.
 func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {

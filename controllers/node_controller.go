@@ -58,6 +58,7 @@ const (
 	ReasonWaitingForDriver    = "WaitingForDriver"
 	ReasonRemovalFailed       = "RemovalFailed"
 	ReasonTaintRemovedUnready = "TaintRemovedUnready"
+	ReasonWouldRemoveTaint    = "WouldRemoveTaint"
 )
 
 // NodeReconciler removes the configured startup taints from one Node once every readiness gate
@@ -98,6 +99,9 @@ type NodeReconciler struct {
 	// has passed, the startup taints are removed even though a gate does not pass, for clusters
 	// that prefer a usable node with a broken agent to a node that never schedules.
 	MaxWait time.Duration
+	// DryRun evaluates everything and never writes to the Node: where it would remove the startup
+	// taints it reports that instead, once per episode, so it can run beside another remover.
+	DryRun bool
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
@@ -295,6 +299,12 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return ctrl.Result{RequeueAfter: r.untilDeadline(node, now)}, nil
 	}
 
+	if r.DryRun {
+		if r.state.firstWouldRemove() {
+			r.reportWouldRemove(ctx, node, obs.held, specsSelecting(obs.held, specs), notReady)
+		}
+		return ctrl.Result{}, nil
+	}
 	removed, err := r.removeTaints(ctx, node, specs)
 	if err != nil {
 		f := r.state.recordFailure(failureClass(err))

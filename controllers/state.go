@@ -40,6 +40,8 @@ type nodeState struct {
 	waitEvents map[string]bool
 	failure    string
 	retryAfter time.Duration
+	// wouldRemove is set once a dry run has reported the removal it would have made.
+	wouldRemove bool
 }
 
 // observation is what observing the Node's taints found.
@@ -91,6 +93,14 @@ func (s *nodeState) endEpisode() {
 	s.heldSince = time.Time{}
 	clear(s.waitEvents)
 	s.failure, s.retryAfter = "", 0
+	s.wouldRemove = false
+}
+
+// firstWouldRemove reports whether this is the episode's first removal a dry run would make.
+func (s *nodeState) firstWouldRemove() bool {
+	first := !s.wouldRemove
+	s.wouldRemove = true
+	return first
 }
 
 // firstWait reports whether gerr is the first time its gate and reason class hold the taint in

@@ -313,3 +313,32 @@ func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
 		t.Fatal("the taint was forced off before the gates were probed once")
 	}
 }
+
+func TestDryRunReportsOncePerEpisodeAndNeverPatches(t *testing.T) {
+	patches := 0
+	e := newEpisodeTest(t, testNode("uid-8", startup), interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			patches++
+			return errors.New("a dry run must not patch")
+		},
+	})
+	e.r.DryRun = true
+	wouldRemove := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultDryRun))
+	e.ready(true)
+	e.reconcile()
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal WouldRemoveTaint Dry run: would remove startup taints [example.com/agent-not-ready:NoExecute] now: every readiness gate passes")
+
+	// The other remover takes the taint off; when it comes back, the new episode reports again.
+	e.setTaints()
+	e.reconcile()
+	e.setTaints(startup)
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal WouldRemoveTaint")
+	if patches != 0 {
+		t.Fatalf("%d patches in a dry run", patches)
+	}
+	if got := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultDryRun)) - wouldRemove; got != 2 {
+		t.Fatalf(`startup_taint_removals_total{result="dry_run"} rose by %v, want 2 (one per episode)`, got)
+	}
+}

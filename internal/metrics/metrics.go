@@ -17,6 +17,8 @@ const (
 	ResultConflict  = "conflict"
 	ResultForbidden = "forbidden"
 	ResultError     = "error"
+	// ResultDryRun counts, once per episode, a removal that --dry-run did not make.
+	ResultDryRun = "dry_run"
 )
 
 // Label names shared by several metrics.
@@ -38,7 +40,7 @@ var (
 	// Removals counts removal attempts by result.
 	Removals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_removals_total",
-		Help: "Attempts to remove a startup taint, by result (removed, conflict, forbidden, error).",
+		Help: "Attempts to remove a startup taint, by result (removed, conflict, forbidden, error, dry_run).",
 	}, []string{labelTaint, "result"})
 
 	// Readded counts taints that came back after this pod had removed them.

@@ -123,4 +123,24 @@ var _ = Describe("the binary's memory of its Node", func() {
 		}).Should(Equal(1.0))
 		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
 	})
+
+	It("with --dry-run, reports the removal it would make and sends no patch", func(ctx SpecContext) {
+		const name = "e2e-dry-run"
+		driver := setupNode(ctx, name, startupTaint)
+		before := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, before)).To(Succeed())
+		metrics := freeAddr()
+		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
+			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonWouldRemoveTaint) }).Should(Equal(1))
+		Eventually(func(g Gomega) float64 {
+			return metricValue(g, metrics, `startup_taint_removals_total{result="dry_run",taint="`+startupTaint.Key+`"}`)
+		}).Should(Equal(1.0))
+		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
+		after := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, after)).To(Succeed())
+		Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "the Node was not written")
+		Expect(metricSum(Default, metrics, "rest_client_requests_total", `method="PATCH"`)).To(BeZero(), "no patch was sent")
+		Expect(metricSum(Default, metrics, "rest_client_requests_total", `method="PUT"`)).To(BeZero())
+	})
 })
