@@ -119,8 +119,9 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reg.Unregister)
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
-			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 2),
-				"kubelet removed and re-added its driver's node ID annotation")
+			// Polled, so two writes between polls count once: at least one is certain.
+			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 1),
+				"kubelet wrote its Node (the driver's node ID annotation)")
 			By("kubelet renewing its Lease, its heartbeat")
 			lease := &coordinationv1.Lease{}
 			leaseKey := client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: name}
@@ -131,7 +132,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 				return lease.Spec.RenewTime
 			}, 40*time.Second, time.Second).ShouldNot(Equal(renewed))
 			Expect(requests(Default)).To(Equal(requestsBefore), "no request from the agent")
-			GinkgoWriter.Printf("kubelet wrote its Node %d times, its CSINode twice; the agent reconciled %v times and sent %v requests meanwhile\n",
+			GinkgoWriter.Printf("kubelet wrote its Node (seen %d times), its CSINode twice; the agent reconciled %v times and sent %v requests meanwhile\n",
 				nodeWrites, reconciles(Default)-reconcilesBefore, requests(Default)-requestsBefore)
 			Expect(reconciles(Default)-reconcilesBefore).To(BeNumerically("<=", 2),
 				"the CSINode changes reconcile (one each); kubelet's Node writes do not")
