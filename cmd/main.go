@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	clientfeatures "k8s.io/client-go/features"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -138,6 +139,10 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	shutdown := 2 * time.Second
 	mgrOpts := controllers.ManagerOptions(opts.nodeName)
 	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
+	pod := types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName}
+	if opts.readyContainer != "" {
+		controllers.PodCacheOptions(&mgrOpts.Cache, pod)
+	}
 	mgrOpts.Scheme = scheme
 	mgrOpts.Metrics = metricsOpts
 	mgrOpts.HealthProbeBindAddress = opts.probeAddr
@@ -156,6 +161,8 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		ProbeInterval:      opts.probeInterval,
 		MaxWait:            opts.maxWait,
 		DryRun:             opts.dryRun,
+		ReadyContainer:     opts.readyContainer,
+		Pod:                pod,
 	}
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.

@@ -31,6 +31,9 @@ type options struct {
 	probeTimeout       time.Duration
 	maxWait            time.Duration
 	dryRun             bool
+	readyContainer     string
+	podName            string
+	podNamespace       string
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -78,7 +81,7 @@ func (f taintFlag) Set(v string) error {
 // parseOptions parses args (without the program name) and validates the result. It does not touch
 // the network, so a bad command line fails before anything is sent to the API server.
 func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*options, error) {
-	o := &options{}
+	o := &options{podName: getenv("POD_NAME"), podNamespace: getenv("POD_NAMESPACE")}
 	fs := flag.NewFlagSet("startup-taint-remover", flag.ContinueOnError)
 	// flag prints the error and the whole usage on a parse error; the caller prints one line.
 	fs.SetOutput(io.Discard)
@@ -99,6 +102,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"How often the CSI socket and the ready URL are probed.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,
 		"How long one probe may take before the agent counts as not ready.")
+	fs.StringVar(&o.readyContainer, "ready-container", "",
+		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
+			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
@@ -177,8 +183,12 @@ func (o *options) validate(explicit map[string]bool) error {
 // validateGates checks the readiness gates and the taints they guard.
 func (o *options) validateGates(explicit map[string]bool) error {
 	switch {
-	case o.csiAddress == "" && o.readyURL == "":
-		return errors.New("no readiness gate: set --csi-address or --ready-url")
+	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "":
+		return errors.New("no readiness gate: set --csi-address, --ready-url or --ready-container")
+	case o.readyContainer != "" && len(validation.IsDNS1123Label(o.readyContainer)) > 0:
+		return fmt.Errorf("--ready-container: %q is not a container name", o.readyContainer)
+	case o.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
+		return errors.New("--ready-container: needs the agent's own Pod in the POD_NAME and POD_NAMESPACE environment variables (downward API)")
 	case o.csiAddress != "" && !filepath.IsAbs(o.csiAddress):
 		return fmt.Errorf("--csi-address: %q is not an absolute path", o.csiAddress)
 	case o.csiAddress == "" && len(o.taints) == 0:

@@ -76,6 +76,8 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"bool not a bool", []string{csi, "--require-csinode=maybe"}, node, "-require-csinode"},
 		{"confinement not a bool", []string{csi, "--require-confinement=maybe"}, node, "-require-confinement"},
 		{"dry run with required confinement", []string{csi, "--dry-run", "--require-confinement"}, node, "--require-confinement"},
+		{"container name not a name", []string{csi, "--ready-container=Driver_1"}, map[string]string{"NODE_NAME": "node-a", "POD_NAME": "p", "POD_NAMESPACE": "ns"}, "--ready-container"},
+		{"container without its pod", []string{csi, "--ready-container=driver"}, node, "--ready-container: needs the agent's own Pod"},
 		{"negative maximum wait", []string{csi, "--max-wait=-1m"}, node, "--max-wait: -1m0s is negative"},
 		{"maximum wait not a duration", []string{csi, "--max-wait=soon"}, node, "-max-wait"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -93,6 +94,12 @@ type NodeReconciler struct {
 	RequireAllocatable bool
 	// Gates are further local readiness checks, such as an HTTP health endpoint.
 	Gates []Gate
+	// ReadyContainer, when set, is a gate that passes while the container of that name in the
+	// agent's own Pod is ready, as kubelet's readiness probe says. It needs Pod, and the manager's
+	// cache must hold that Pod (see PodCacheOptions).
+	ReadyContainer string
+	// Pod is the agent's own Pod, for ReadyContainer.
+	Pod types.NamespacedName
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
@@ -112,9 +119,10 @@ type NodeReconciler struct {
 	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
 	Clock clock.WithTicker
 
-	prober  *prober
-	csiNode *csiNodeGate
-	state   nodeState
+	prober    *prober
+	csiNode   *csiNodeGate
+	container *containerGate
+	state     nodeState
 }
 
 // CacheOptions restricts a manager's cache to the named node's Node and CSINode, so the cost of
@@ -141,6 +149,7 @@ func RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
+	m.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
 	return m, nil
 }
 
@@ -198,6 +207,15 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The CSINode shares its Node's name, so its events map to that Node's request.
 		b = b.Watches(&storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(thisNode))
 	}
+	if r.ReadyContainer != "" {
+		thisPod := predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetName() == r.Pod.Name && o.GetNamespace() == r.Pod.Namespace
+		})
+		toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
+		})
+		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(thisPod))
+	}
 	return b.Complete(r)
 }
 
@@ -219,14 +237,19 @@ func (r *NodeReconciler) build() {
 	if r.RequireCSINode {
 		r.csiNode = &csiNodeGate{reader: r.Client, node: r.NodeName, driver: r.CSI.DriverName, requireAllocatable: r.RequireAllocatable}
 	}
+	if r.ReadyContainer != "" {
+		r.container = &containerGate{reader: r.Client, pod: r.Pod, container: r.ReadyContainer}
+	}
 }
 
 func (r *NodeReconciler) validate() error {
 	switch {
 	case r.NodeName == "":
 		return errors.New("NodeReconciler: NodeName is required")
-	case r.CSI == nil && len(r.Gates) == 0:
-		return errors.New("NodeReconciler: at least one readiness gate is required (CSI or Gates)")
+	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "":
+		return errors.New("NodeReconciler: at least one readiness gate is required (CSI, Gates or ReadyContainer)")
+	case r.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
+		return errors.New("NodeReconciler: ReadyContainer needs Pod, the agent's own Pod")
 	case r.CSI == nil && len(r.Taints) == 0:
 		return errors.New("NodeReconciler: Taints is required without a CSI driver to name the default taint")
 	case r.RequireCSINode && r.CSI == nil:
@@ -264,6 +287,8 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// The agent's own Pod, for --ready-container: a Role in its own namespace only.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch,namespace=system
 // Events about a Node can only be written in "default" (the API server's rule for cluster-scoped
 // objects), and a Role there would be moved by any overlay's namespace; the admission policy
 // confines these events to the agent's own Node instead.
@@ -349,17 +374,21 @@ func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateEr
 		// have turned ready since the last tick, so probe it now rather than up to an interval later.
 		r.prober.probeNow()
 	}
-	if r.csiNode == nil {
-		return local, since
+	var csiNodeErr, containerErr *gateError
+	if r.csiNode != nil {
+		var csiNodeSince time.Time
+		csiNodeErr, csiNodeSince = r.csiNode.check(ctx, now)
+		since = maxTime(since, csiNodeSince)
 	}
-	csiNodeErr, csiNodeSince := r.csiNode.check(ctx, now)
-	switch {
-	case local != nil:
-		return local, time.Time{}
-	case csiNodeErr != nil:
-		return csiNodeErr, time.Time{}
+	if r.container != nil {
+		containerErr = r.container.check(ctx)
 	}
-	return nil, maxTime(since, csiNodeSince)
+	for _, gerr := range []*gateError{local, csiNodeErr, containerErr} {
+		if gerr != nil {
+			return gerr, time.Time{}
+		}
+	}
+	return nil, since
 }
 
 // failureClass sorts a failed patch into a metrics.Result* class.

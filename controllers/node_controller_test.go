@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -280,6 +281,36 @@ var _ = Describe("NodeReconciler", func() {
 				g.Expect(keys).To(ConsistOf(want))
 			}).Should(Succeed())
 			GinkgoWriter.Printf("other writer: %d writes, startup taint re-added %d times\n", writes, readds.Load())
+		})
+	})
+
+	Context("with the readiness of a container of the agent's own Pod", func() {
+		It("holds the taint while kubelet reports the container not ready, and removes it once ready", func(ctx SpecContext) {
+			createNode(ctx, nodeName, startupTaint, other)
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "agent-" + nodeName, Namespace: "default"},
+				Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{
+					{Name: "driver", Image: "example.com/driver"}, {Name: "startup-taint-remover", Image: "example.com/agent"}}},
+			}
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, pod))).To(Succeed()) })
+			setReady := func(ready bool) {
+				GinkgoHelper()
+				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+				pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+					{Name: "driver", Ready: ready, Image: "example.com/driver", ImageID: "x"},
+					{Name: "startup-taint-remover", Ready: true, Image: "example.com/agent", ImageID: "y"},
+				}
+				Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+			}
+			setReady(false)
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+				ReadyContainer: "driver", Pod: client.ObjectKeyFromObject(pod)})
+			expectTaintStays(ctx)
+
+			setReady(true)
+			expectTaintGone(ctx)
+			Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(other))
 		})
 	})
 

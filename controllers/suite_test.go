@@ -136,6 +136,9 @@ func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.Nod
 		r.ProbeInterval = 100 * time.Millisecond
 	}
 	opts := controllers.ManagerOptions(r.NodeName)
+	if r.ReadyContainer != "" {
+		controllers.PodCacheOptions(&opts.Cache, r.Pod)
+	}
 	opts.Logger = logger
 	expectations.StartManager(restCfg, opts, r.SetupWithManager)
 }

@@ -276,7 +276,16 @@ var _ = Describe("the rendered installs", func() {
 				for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
 					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
 				}
-				Expect(only[rbacv1.RoleBinding](objs, "RoleBinding")).To(BeEmpty())
+				// The only namespaced grant reads the agent's own Pod, in the namespace it runs in.
+				roleBindings := only[rbacv1.RoleBinding](objs, "RoleBinding")
+				Expect(roleBindings).To(HaveLen(1))
+				Expect(roleBindings[0].Namespace).To(Equal(a.namespace))
+				Expect(roleBindings[0].Subjects).To(Equal([]rbacv1.Subject{me}))
+				roles := only[rbacv1.Role](objs, "Role")
+				Expect(roles).To(HaveLen(1))
+				Expect(roles[0].Namespace).To(Equal(a.namespace))
+				Expect(roles[0].Rules).To(ConsistOf(And(HaveField("Resources", []string{"pods"}),
+					HaveField("Verbs", ConsistOf("get", "list", "watch")))))
 			})
 
 			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {

@@ -1,0 +1,75 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// gateContainer names the container readiness gate in logs, events and metrics.
+const gateContainer = "container"
+
+// reasonNoContainer is the reason class of a Pod that has no status for the named container.
+const reasonNoContainer = "no_container"
+
+// containerGate passes while the named container of the agent's own Pod is ready: kubelet's
+// readiness probe of the driver container, in the sidecar install. It serves agents whose
+// readiness is an exec or HTTP probe that only kubelet runs. It reads the manager's cache, which
+// holds only this one Pod (see PodCacheOptions), and a Pod watch event triggers the reconcile.
+type containerGate struct {
+	reader    client.Reader
+	pod       types.NamespacedName
+	container string
+
+	log gateLog
+}
+
+// check returns why the gate does not pass, or nil.
+func (g *containerGate) check(ctx context.Context) *gateError {
+	gerr := g.ready(ctx)
+	g.log.update(log.FromContext(ctx), gateContainer, gerr)
+	metrics.GateReady.WithLabelValues(gateContainer).Set(boolToFloat(gerr == nil))
+	return gerr
+}
+
+func (g *containerGate) ready(ctx context.Context) *gateError {
+	pod := &corev1.Pod{}
+	if err := g.reader.Get(ctx, g.pod, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			err = fmt.Errorf("pod %s not found: check POD_NAME and POD_NAMESPACE", g.pod)
+		}
+		return &gateError{gate: gateContainer, reason: reasonError, err: fmt.Errorf("reading pod %s: %w", g.pod, err)}
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name != g.container {
+			continue
+		}
+		if !s.Ready {
+			return &gateError{gate: gateContainer, reason: reasonNotReady,
+				err: fmt.Errorf("container %s of pod %s is not ready: %w", g.container, g.pod, errNotReady)}
+		}
+		return nil
+	}
+	return &gateError{gate: gateContainer, reason: reasonNoContainer,
+		err: fmt.Errorf("pod %s has no status for container %s yet", g.pod, g.container)}
+}
+
+// PodCacheOptions adds the agent's own Pod to cache options made by CacheOptions, for the
+// ReadyContainer gate: the cache holds that one Pod, whatever else runs in its namespace.
+func PodCacheOptions(opts *cache.Options, pod types.NamespacedName) {
+	if opts.ByObject == nil {
+		opts.ByObject = map[client.Object]cache.ByObject{}
+	}
+	opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{
+		pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name)},
+	}}
+}
