@@ -33,21 +33,11 @@ func nodeEvents(g Gomega, ctx context.Context, nodeName string) []string {
 	return reasons
 }
 
-// eventOccurrences counts the events recorded on the node, each series by its count.
-func eventOccurrences(g Gomega, ctx context.Context, nodeName string) int {
-	list := &eventsv1.EventList{}
-	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-	n := 0
-	for _, e := range list.Items {
-		if e.Regarding.Kind != "Node" || e.Regarding.Name != nodeName {
-			continue
-		}
-		if e.Series != nil {
-			n += int(e.Series.Count)
-		} else {
-			n++
-		}
-	}
+// eventOccurrences counts the events recorded on the node with reason (any when empty), each
+// series by its count.
+func eventOccurrences(g Gomega, ctx context.Context, nodeName, reason string) int {
+	n, err := expectations.EventCount(ctx, k8sClient, nodeName, reason)
+	g.Expect(err).NotTo(HaveOccurred())
 	return n
 }
 
@@ -132,20 +122,7 @@ var _ = Describe("Observability", func() {
 		registerDriver(ctx, nodeName, nil)
 		driver := startDriver(fakecsi.NotReady)
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
-		waits := func(g Gomega) int {
-			n := 0
-			list := &eventsv1.EventList{}
-			g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-			for _, e := range list.Items {
-				if e.Regarding.Name == nodeName && e.Reason == controllers.ReasonWaitingForDriver {
-					n++
-					if e.Series != nil {
-						n += int(e.Series.Count) - 1
-					}
-				}
-			}
-			return n
-		}
+		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.ReasonWaitingForDriver) }
 		Eventually(waits).Should(Equal(1))
 		present := metrics.Present.WithLabelValues(startupTaint.Key)
 
@@ -180,11 +157,11 @@ var _ = Describe("Observability", func() {
 		// taint is held (here csi/not_ready and csinode/not_registered), and the events API folds
 		// repeats into a series: 30 gate changes leave at most 2 occurrences.
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
-		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName) }).Should(BeNumerically("<=", 2))
+		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, "") }).Should(BeNumerically("<=", 2))
 
 		registerDriver(ctx, nodeName, nil)
 		driver.SetReadiness(fakecsi.Ready)
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
-		Expect(eventOccurrences(Default, ctx, nodeName)).To(BeNumerically("<=", 3))
+		Expect(eventOccurrences(Default, ctx, nodeName, "")).To(BeNumerically("<=", 3))
 	})
 })

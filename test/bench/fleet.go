@@ -12,15 +12,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -157,13 +154,8 @@ func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleet
 		cfg := rest.CopyConfig(e.cfg)
 		cfg.QPS, cfg.Burst = 0, 0
 		cfg.WrapTransport = cnt.wrap
-		// The binary's own manager options, without its endpoints; many agents run in this process.
-		opts := controllers.ManagerOptions(name)
-		opts.Scheme = scheme.Scheme
-		opts.Metrics = metricsserver.Options{BindAddress: "0"}
-		opts.HealthProbeBindAddress = "0"
-		opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-		mgr, err := ctrl.NewManager(cfg, opts)
+		// The binary's own manager options, as an agent inside this process.
+		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(controllers.ManagerOptions(name)))
 		if err != nil {
 			return res, err
 		}

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -37,15 +37,7 @@ type kubeletResult struct {
 // taint. Times come from the watch events that show each write.
 func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*kubeletResult, error) {
 	const name = "bench-kubelet"
-	kubemark, err := hollowkubelet.Binary()
-	if err != nil {
-		return nil, err
-	}
 	kubeconfig, err := e.kubeconfigFor("bench-kubelet")
-	if err != nil {
-		return nil, err
-	}
-	port, err := expectations.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +47,8 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 	}
 	defer func() { _ = log.Close() }()
 	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Binary: kubemark, Kubeconfig: kubeconfig, Node: name, Port: port,
-		RegisterWithTaints: []string{startup.Key + "=:" + string(startup.Effect)}, Log: log})
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: name,
+		RegisterWithTaints: []corev1.Taint{startup}, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +82,7 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 
 	res := &kubeletResult{}
 	for i := range trials {
-		if err := waitNode(ctx, nodeEvents, func(n *corev1.Node) bool { return hasKey(n, startup.Key) }); err != nil {
+		if _, err := waitFor(ctx, nodeEvents, "the taint", func(n *corev1.Node) bool { return hasKey(n, startup.Key) }); err != nil {
 			return nil, fmt.Errorf("trial %d: the taint is not there: %w", i, err)
 		}
 		start := time.Now()
@@ -103,10 +95,10 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 			driver.Stop()
 			return nil, err
 		}
-		written, err := waitCSINode(ctx, csiNodeEvents, true)
+		written, err := waitFor(ctx, csiNodeEvents, "kubelet's registration", listsDriver)
 		if err == nil {
 			var gone time.Time
-			gone, err = waitNodeAt(ctx, nodeEvents, func(n *corev1.Node) bool { return !hasKey(n, startup.Key) })
+			gone, err = waitFor(ctx, nodeEvents, "the taint's removal", func(n *corev1.Node) bool { return !hasKey(n, startup.Key) })
 			res.registration = append(res.registration, written.Sub(start))
 			res.writeToGone = append(res.writeToGone, max(0, gone.Sub(written)))
 			res.startToGone = append(res.startToGone, gone.Sub(start))
@@ -116,7 +108,7 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 		if err != nil {
 			return nil, fmt.Errorf("trial %d: %w", i, err)
 		}
-		if _, err := waitCSINode(ctx, csiNodeEvents, false); err != nil {
+		if _, err := waitFor(ctx, csiNodeEvents, "kubelet's deregistration", func(cn *storagev1.CSINode) bool { return !listsDriver(cn) }); err != nil {
 			return nil, fmt.Errorf("trial %d: kubelet did not unregister the driver: %w", i, err)
 		}
 		if err := expectations.UpdateNode(ctx, e.c, name, func(n *corev1.Node) {
@@ -155,60 +147,30 @@ func hasKey(n *corev1.Node, key string) bool {
 	return len(controllers.MatchingTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: key}})) > 0
 }
 
-// waitNode waits for a Node event that satisfies cond; the current state arrives as the watch's
-// first events, or was seen already.
-func waitNode(ctx context.Context, events <-chan stampedEvent, cond func(*corev1.Node) bool) error {
-	_, err := waitNodeAt(ctx, events, cond)
-	return err
-}
-
-// waitNodeAt waits for a Node event that satisfies cond and returns when it arrived.
-func waitNodeAt(ctx context.Context, events <-chan stampedEvent, cond func(*corev1.Node) bool) (time.Time, error) {
+// waitFor waits for an event whose object satisfies cond and returns when it arrived; the watch
+// starts with the current state, so a state already reached is seen too.
+func waitFor[T any](ctx context.Context, events <-chan stampedEvent, what string, cond func(T) bool) (time.Time, error) {
 	timeout := time.After(time.Minute)
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return time.Time{}, errors.New("the Node watch ended")
+				return time.Time{}, fmt.Errorf("the watch ended before %s", what)
 			}
-			if n, isNode := ev.Object.(*corev1.Node); isNode && cond(n) {
+			if obj, isT := ev.Object.(T); isT && cond(obj) {
 				return ev.at, nil
 			}
 		case <-timeout:
-			return time.Time{}, errors.New("timed out waiting for the Node")
+			return time.Time{}, fmt.Errorf("timed out waiting for %s", what)
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		}
 	}
 }
 
-// waitCSINode waits for a CSINode event that lists the driver (or, with listed false, does not)
-// and returns when it arrived.
-func waitCSINode(ctx context.Context, events <-chan stampedEvent, listed bool) (time.Time, error) {
-	timeout := time.After(time.Minute)
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				return time.Time{}, errors.New("the CSINode watch ended")
-			}
-			cn, isCSINode := ev.Object.(*storagev1.CSINode)
-			if !isCSINode {
-				continue
-			}
-			found := false
-			for _, d := range cn.Spec.Drivers {
-				found = found || d.Name == driverName
-			}
-			if found == listed {
-				return ev.at, nil
-			}
-		case <-timeout:
-			return time.Time{}, fmt.Errorf("timed out waiting for CSINode to list the driver: %v", listed)
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		}
-	}
+// listsDriver reports whether the CSINode lists the bench's driver.
+func listsDriver(cn *storagev1.CSINode) bool {
+	return slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driverName })
 }
 
 // markdown reports the start sequence with the real kubelet.

@@ -17,12 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
@@ -87,13 +83,8 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	if err != nil {
 		return nil, err
 	}
-	// The binary's own manager options, without its endpoints; many agents run in this process.
-	opts := controllers.ManagerOptions(name)
-	opts.Scheme = scheme.Scheme
-	opts.Metrics = metricsserver.Options{BindAddress: "0"}
-	opts.HealthProbeBindAddress = "0"
-	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-	mgr, err := ctrl.NewManager(e.cfg, opts)
+	// The binary's own manager options, as an agent inside this process.
+	mgr, err := ctrl.NewManager(e.cfg, expectations.InProcess(controllers.ManagerOptions(name)))
 	if err != nil {
 		return nil, err
 	}

@@ -173,21 +173,12 @@ func run(binary string) error {
 // startKubelet starts kubemark's hollow kubelet, logging to a file in work, registering its Node
 // with the startup taint and another one.
 func startKubelet(work, kubeconfig string, startup corev1.Taint) (*hollowkubelet.Kubelet, error) {
-	kubemark, err := hollowkubelet.Binary()
-	if err != nil {
-		return nil, err
-	}
-	port, err := expectations.FreePort()
-	if err != nil {
-		return nil, err
-	}
 	kubeletLog, err := os.Create(filepath.Join(work, "kubelet.log"))
 	if err != nil {
 		return nil, err
 	}
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Binary: kubemark, Kubeconfig: kubeconfig, Node: nodeName, Port: port,
-		RegisterWithTaints: []string{startup.Key + "=:" + string(startup.Effect), "example.com/dedicated=storage:NoSchedule"},
-		Log:                kubeletLog})
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: nodeName, Log: kubeletLog,
+		RegisterWithTaints: []corev1.Taint{startup, {Key: "example.com/dedicated", Value: "storage", Effect: corev1.TaintEffectNoSchedule}}})
 	if err != nil {
 		_ = kubeletLog.Close()
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 )
@@ -23,12 +22,8 @@ import (
 // the Node), until the spec ends, and waits for its Node.
 func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
 	GinkgoHelper()
-	bin, err := hollowkubelet.Binary()
-	Expect(err).NotTo(HaveOccurred())
-	p, err := expectations.FreePort()
-	Expect(err).NotTo(HaveOccurred())
-	k, err := hollowkubelet.Start(hollowkubelet.Options{Binary: bin, Kubeconfig: kubeconfig, Node: node, Port: p,
-		RegisterWithTaints: []string{startupTaint.Key + "=:" + string(startupTaint.Effect)}, Log: GinkgoWriter})
+	k, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
+		RegisterWithTaints: []corev1.Taint{startupTaint}, Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(k.Stop)
 	Eventually(func() error {

@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
@@ -22,58 +21,35 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
-// metricValue scrapes the plain-HTTP metrics endpoint at addr and returns the value of the
-// series (name and labels, as exposed), or -1 when it is not there.
-func metricValue(g Gomega, addr, series string) float64 {
+// scrape reads the plain-HTTP metrics endpoint at addr.
+func scrape(g Gomega, addr string) string {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	g.Expect(err).NotTo(HaveOccurred())
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return -1
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	g.Expect(err).NotTo(HaveOccurred())
-	return v
+	return string(body)
 }
 
-// metricSum scrapes the plain-HTTP metrics endpoint at addr and sums every series of the metric
-// name whose labels contain labels (for example `controller="startup-taint"`).
+// metricSum sums every series of the metric name at addr whose labels contain labels (for
+// example `controller="startup-taint"`); a metric with no such series sums to 0.
 func metricSum(g Gomega, addr, name, labels string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	g.Expect(err).NotTo(HaveOccurred())
 	sum := 0.0
-	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? (\S+)$`).FindAllSubmatch(body, -1) {
-		if !strings.Contains(string(m[1]), labels) {
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(scrape(g, addr), -1) {
+		if !strings.Contains(m[1], labels) {
 			continue
 		}
-		v, err := strconv.ParseFloat(string(m[2]), 64)
+		v, err := strconv.ParseFloat(m[2], 64)
 		g.Expect(err).NotTo(HaveOccurred())
 		sum += v
 	}
 	return sum
 }
 
-// eventCount counts the events with reason on the node, each series by its count.
+// eventCount counts the events with reason on the node.
 func eventCount(g Gomega, ctx context.Context, node, reason string) int {
-	list := &eventsv1.EventList{}
-	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-	n := 0
-	for _, e := range list.Items {
-		if e.Regarding.Name != node || e.Reason != reason {
-			continue
-		}
-		if e.Series != nil {
-			n += int(e.Series.Count)
-		} else {
-			n++
-		}
-	}
+	n, err := expectations.EventCount(ctx, k8sClient, node, reason)
+	g.Expect(err).NotTo(HaveOccurred())
 	return n
 }
 
@@ -105,9 +81,9 @@ var _ = Describe("the binary's memory of its Node", func() {
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonTaintRemovedAgain) }).Should(Equal(1))
 		Expect(eventCount(Default, ctx, name, controllers.ReasonTaintRemoved)).To(Equal(1), "no second first removal")
 		Eventually(func(g Gomega) float64 {
-			return metricValue(g, metrics, `startup_taint_readded_total{taint="`+startupTaint.Key+`"}`)
+			return metricSum(g, metrics, "startup_taint_readded_total", `taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))
-		Expect(metricValue(Default, metrics, "startup_taint_removal_seconds_count")).To(Equal(0.0),
+		Expect(scrape(Default, metrics)).To(ContainSubstring("\nstartup_taint_removal_seconds_count 0\n"),
 			"the node's age is no sample of the fleet's time to first removal")
 	})
 
@@ -119,7 +95,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		startAgent(name, driver.Path(), metrics)
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonWaitingForDriver) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {
-			return metricValue(g, metrics, `startup_taint_present{taint="`+startupTaint.Key+`"}`)
+			return metricSum(g, metrics, "startup_taint_present", `taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))
 		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
 	})
@@ -134,7 +110,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonWouldRemoveTaint) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {
-			return metricValue(g, metrics, `startup_taint_removals_total{result="dry_run",taint="`+startupTaint.Key+`"}`)
+			return metricSum(g, metrics, "startup_taint_removals_total", `result="dry_run",taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))
 		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
 		after := &corev1.Node{}

@@ -12,6 +12,8 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -53,6 +55,27 @@ func (AlwaysReady) Name() string { return "test" }
 // Probe always passes.
 func (AlwaysReady) Probe(context.Context) error { return nil }
 
+// EventCount counts the events recorded about the Node named node with reason (any reason when
+// empty), each series by its count. Events about Nodes are in the default namespace.
+func EventCount(ctx context.Context, c client.Reader, node, reason string) (int, error) {
+	list := &eventsv1.EventList{}
+	if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Kind != "Node" || e.Regarding.Name != node || (reason != "" && e.Reason != reason) {
+			continue
+		}
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // FreeAddr returns a loopback address whose port was free a moment ago.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,16 +99,22 @@ func FreePort() (int, error) {
 	return strconv.Atoi(port)
 }
 
-// StartManager runs a manager with opts (controllers.ManagerOptions, as the binary uses) and
-// what setup adds to it, talking to the API server through cfg, until the spec ends. Its own
-// endpoints are off, and several may run one after another in one test process. The returned
-// channel receives what the manager's Start returned.
-func StartManager(cfg *rest.Config, opts ctrl.Options, setup func(ctrl.Manager) error) <-chan error {
-	ginkgo.GinkgoHelper()
+// InProcess turns manager options (controllers.ManagerOptions, as the binary uses) into those of
+// an agent run inside a test or benchmark process: no endpoints of its own, and several agents
+// with the same controller may run in the one process.
+func InProcess(opts ctrl.Options) ctrl.Options {
 	opts.Metrics = metricsserver.Options{BindAddress: "0"}
 	opts.HealthProbeBindAddress = "0"
 	opts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-	mgr, err := ctrl.NewManager(cfg, opts)
+	return opts
+}
+
+// StartManager runs a manager with opts (made InProcess) and what setup adds to it, talking to
+// the API server through cfg, until the spec ends. The returned channel receives what the
+// manager's Start returned.
+func StartManager(cfg *rest.Config, opts ctrl.Options, setup func(ctrl.Manager) error) <-chan error {
+	ginkgo.GinkgoHelper()
+	mgr, err := ctrl.NewManager(cfg, InProcess(opts))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	gomega.Expect(setup(mgr)).To(gomega.Succeed())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,6 +18,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // Binary returns the path of the kubemark binary beside the envtest binaries
@@ -49,15 +53,16 @@ type Kubelet struct {
 
 // Options say how to start a hollow kubelet.
 type Options struct {
-	// Binary is kubemark's path (see Binary).
+	// Binary is kubemark's path; Binary() when empty.
 	Binary string
 	// Kubeconfig is the identity the kubelet talks to the API server with.
 	Kubeconfig string
 	// Node is the name it registers.
 	Node string
-	// RegisterWithTaints are the taints, as KEY[=VALUE]:EFFECT, it registers its Node with.
-	RegisterWithTaints []string
-	// Port is its kubelet port (it serves nothing the tests use, but must not collide).
+	// RegisterWithTaints are the taints it registers its Node with.
+	RegisterWithTaints []corev1.Taint
+	// Port is its kubelet port (it serves nothing the tests use, but must not collide); a free
+	// one when zero.
 	Port int
 	// Log receives its output.
 	Log io.Writer
@@ -68,10 +73,25 @@ var rootDirLine = regexp.MustCompile(`Using (\S+) as root dir for hollow-kubelet
 // Start starts a hollow kubelet and returns once its plugin watcher has created the plugins
 // registry.
 func Start(o Options) (*Kubelet, error) {
+	var err error
+	if o.Binary == "" {
+		if o.Binary, err = Binary(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Port == 0 {
+		if o.Port, err = expectations.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	taints := make([]string, len(o.RegisterWithTaints))
+	for i, t := range o.RegisterWithTaints {
+		taints[i] = t.Key + "=" + t.Value + ":" + string(t.Effect)
+	}
 	args := []string{"--morph=kubelet", "--name=" + o.Node, "--kubeconfig=" + o.Kubeconfig,
 		"--kubelet-port=" + strconv.Itoa(o.Port), "--kubelet-read-only-port=0", "--use-host-image-service=false",
 		// One flag: a repeated --register-with-taints replaces the earlier list.
-		"--register-with-taints=" + strings.Join(o.RegisterWithTaints, ",")}
+		"--register-with-taints=" + strings.Join(taints, ",")}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StderrPipe()
