@@ -369,11 +369,6 @@ func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Du
 // It evaluates every gate, so the gate metrics stay current.
 func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateError, time.Time) {
 	local, since := r.prober.notReady()
-	if local != nil {
-		// Something changed (kubelet registered the driver, the taint came back): the driver may
-		// have turned ready since the last tick, so probe it now rather than up to an interval later.
-		r.prober.probeNow()
-	}
 	var csiNodeErr, containerErr *gateError
 	if r.csiNode != nil {
 		var csiNodeSince time.Time
@@ -382,6 +377,12 @@ func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateEr
 	}
 	if r.container != nil {
 		containerErr = r.container.check(ctx)
+	}
+	if local != nil && csiNodeErr == nil && containerErr == nil {
+		// Only the local gates hold the taint now that something changed (kubelet registered the
+		// driver, the taint came back): the driver may have turned ready since the last tick, so
+		// probe it now rather than up to an interval later.
+		r.prober.probeNow()
 	}
 	for _, gerr := range []*gateError{local, csiNodeErr, containerErr} {
 		if gerr != nil {
@@ -421,17 +422,18 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 			removed = nil
 			return nil
 		}
+		selecting := specsSelecting(orig.Spec.Taints, specs)
 		// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
-		node.Annotations[RemovedAnnotation] = withRemoved(orig, specsSelecting(orig.Spec.Taints, specs))
+		node.Annotations[RemovedAnnotation] = withRemoved(orig, selecting)
 		// A merge patch replaces the whole taint list; the resourceVersion lock makes it fail
 		// instead of dropping a taint another writer added since we read the Node.
 		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
 			client.FieldOwner(FieldManager))
 		if apierrors.IsConflict(err) {
-			for _, spec := range specsSelecting(orig.Spec.Taints, specs) {
+			for _, spec := range selecting {
 				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
 			}
 		}

@@ -31,8 +31,6 @@ type nodeState struct {
 	removedBefore map[string]bool
 	// readded holds the specs that came back since their last removal.
 	readded map[string]bool
-	// firstRemovalDone is set once this Node's first removal has happened.
-	firstRemovalDone bool
 
 	// The current episode: when a startup taint was first seen, the gate and reason classes
 	// already reported while waiting, and the last failure class and its backoff.
@@ -65,7 +63,6 @@ func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, now time.Time)
 	}
 	for _, spec := range removedSpecs(node) {
 		s.removedBefore[spec] = true
-		s.firstRemovalDone = true
 	}
 	obs := observation{held: MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
 	for _, spec := range specs {
@@ -138,7 +135,7 @@ func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, spe
 		taints:             taintStrings(removed),
 		heldFor:            now.Sub(s.heldSince),
 		sinceCreation:      now.Sub(node.CreationTimestamp.Time),
-		first:              !s.firstRemovalDone,
+		first:              len(s.removedBefore) == 0,
 		readyFor:           now.Sub(maxTime(readySince, s.heldSince)),
 		permissionsChanged: s.failure == metrics.ResultForbidden,
 	}
@@ -148,7 +145,6 @@ func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, spe
 		rem.again = rem.again || s.readded[key]
 		s.present[key], s.removedBefore[key], s.readded[key] = false, true, false
 	}
-	s.firstRemovalDone = true
 	s.endEpisode()
 	return rem
 }
