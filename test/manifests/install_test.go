@@ -34,7 +34,7 @@ import (
 // ever blocking anyone else's Node writes.
 var installs = []struct{ name, dir string }{
 	{"config/default", "../../config/default"},
-	{"a user overlay with its own namespace and name prefix", "testdata/overlay"},
+	{"a user overlay with its own namespace, name prefix, suffix and labels", "testdata/overlay"},
 	{"the EBS sidecar recipe", "../../config/samples/ebs-sidecar"},
 	{"the EFS sidecar recipe", "../../config/samples/efs-sidecar"},
 	{"the Azure Disk sidecar recipe", "../../config/samples/azuredisk-sidecar"},
@@ -508,6 +508,43 @@ var _ = Describe("the rendered installs", func() {
 				nodeWritesWork(ctx, prefix+"-installed")
 			})
 
+			It("never blocks a kubelet's or an admin's Node writes with any one of its objects deleted", func(ctx SpecContext) {
+				for i, obj := range objs {
+					if obj.GetKind() == "Namespace" {
+						continue // deleted first by the uninstall spec, with everything else still there
+					}
+					Expect(k8sClient.Delete(ctx, obj.DeepCopy())).To(Succeed(), "delete %s %s", obj.GetKind(), obj.GetName())
+					By("Node writes with " + obj.GetKind() + " " + obj.GetName() + " deleted")
+					nodeWritesWork(ctx, fmt.Sprintf("%s-without-%d", prefix, i))
+					Expect(k8sClient.Create(ctx, obj.DeepCopy())).To(Succeed(), "re-create %s %s", obj.GetKind(), obj.GetName())
+				}
+			})
+
+			It("never judges another controller's service account, one with cluster-admin included", func(ctx SpecContext) {
+				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-cni-agent"},
+					Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
+				Expect(k8sClient.Create(ctx, role)).To(Succeed())
+				DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, role)).To(Succeed()) })
+				for account, roleName := range map[string]string{"cni-agent": role.Name, "gitops": "cluster-admin"} {
+					binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + account},
+						RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName},
+						Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: "kube-system"}}}
+					Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+					DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, binding)).To(Succeed()) })
+					user, groups := serviceAccount("kube-system", account)
+					own := newNode(ctx)
+					// Its token is bound to a pod on another node, as a DaemonSet's would be.
+					c := impersonating(user, groups, own+"-elsewhere")
+					Eventually(func() error {
+						return patchNode(ctx, c, own, func(n *corev1.Node) {
+							removeStartup(n)
+							n.Labels["example.com/cni"] = "ready"
+							n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/cni-not-ready", Effect: corev1.TaintEffectNoSchedule})
+						})
+					}).Should(Succeed(), "%s labels and taints another node", account)
+				}
+			})
+
 			It("uninstalls (make undeploy, a namespace deletion) without ever blocking Node writes, and then judges no one", func(ctx SpecContext) {
 				uninstall(ctx, objs, prefix+"-uninstall")
 				own := newNode(ctx)
@@ -520,6 +557,46 @@ var _ = Describe("the rendered installs", func() {
 			})
 		})
 	}
+})
+
+var _ = Describe("an install path that binds the agent's RBAC to the wrong account", func() {
+	It("leaves the agent unjudged, and the agent's own confinement check says so", func(ctx SpecContext) {
+		objs := render("testdata/wrong-account-sidecar")
+		a := agentOf(objs)
+		for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
+			Expect(b.Subjects).NotTo(ContainElement(HaveField("Name", a.serviceAccount)), "the broken recipe binds another account")
+		}
+		apply(ctx, objs)
+		DeferCleanup(func(ctx SpecContext) {
+			for _, obj := range objs {
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+			}
+		})
+		// The driver's chart gives its node plugin a nodes patch role of its own, as the EFS chart does.
+		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-driver-role"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
+		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-driver-binding"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: a.serviceAccount, Namespace: a.namespace}}}
+		Expect(k8sClient.Create(ctx, role)).To(Succeed())
+		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
+			Expect(k8sClient.Delete(ctx, role)).To(Succeed())
+		})
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-node", Labels: map[string]string{"zone": "a"}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) })
+
+		check := &controllers.ConfinementCheck{Client: impersonating(a.user, a.groups, node.Name), NodeName: node.Name}
+		Eventually(func(g Gomega) string {
+			outcome, _, err := check.Check(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			return outcome
+		}).Should(Equal(controllers.NotConfined))
+		Expect(patchNode(ctx, impersonating(a.user, a.groups, "elsewhere"), node.Name, func(n *corev1.Node) { n.Labels["zone"] = "b" })).
+			To(Succeed(), "unjudged, the agent's account may relabel any node")
+	})
 })
 
 var _ = Describe("the confinement check, with no policy judging the agent", func() {

@@ -118,7 +118,13 @@ func kubelet(ctx context.Context, node string) client.Client {
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}
 	Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, binding))).To(Succeed())
-	return impersonating(user, []string{"system:nodes", "system:authenticated"}, "")
+	kc := impersonating(user, []string{"system:nodes", "system:authenticated"}, "")
+	// The RBAC authorizer sees a new binding a moment after it is created: wait until a read of
+	// the Node is answered (found or not) rather than refused.
+	Eventually(func() error {
+		return client.IgnoreNotFound(kc.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{}))
+	}).WithPolling(10 * time.Millisecond).Should(Succeed())
+	return kc
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
