@@ -160,6 +160,8 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		RequireAllocatable: opts.requireAllocatable,
 		ProbeInterval:      opts.probeInterval,
 		MaxWait:            opts.maxWait,
+		RetaintAfter:       opts.retaintAfter,
+		ConditionType:      opts.conditionType,
 		DryRun:             opts.dryRun,
 		ReadyContainer:     opts.readyContainer,
 		Pod:                pod,

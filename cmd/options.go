@@ -30,6 +30,8 @@ type options struct {
 	probeInterval      time.Duration
 	probeTimeout       time.Duration
 	maxWait            time.Duration
+	retaintAfter       time.Duration
+	conditionType      string
 	dryRun             bool
 	readyContainer     string
 	podName            string
@@ -78,6 +80,30 @@ func (f taintFlag) Set(v string) error {
 	return nil
 }
 
+// optionalDuration is a duration flag that also accepts the empty string, as 0 (off), so a
+// manifest can pass a setting that is off through an environment variable.
+type optionalDuration struct{ d *time.Duration }
+
+func (f optionalDuration) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f optionalDuration) Set(v string) error {
+	if v == "" {
+		*f.d = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("not a duration")
+	}
+	*f.d = d
+	return nil
+}
+
 // parseOptions parses args (without the program name) and validates the result. It does not touch
 // the network, so a bad command line fails before anything is sent to the API server.
 func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*options, error) {
@@ -108,6 +134,12 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
+	fs.Var(optionalDuration{&o.retaintAfter}, "retaint-after",
+		"Continuous mode: when no startup taint is on the Node and a gate has not passed for this long, put the first --taint's key "+
+			"back with effect NoSchedule, and remove it once every gate has passed for as long; 0 or empty (the default) is off.")
+	fs.StringVar(&o.conditionType, "condition-type", "",
+		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
+			"written to the Node's status when it changes; empty (the default) is off.")
 	fs.BoolVar(&o.dryRun, "dry-run", false,
 		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
 			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")
@@ -177,6 +209,9 @@ func (o *options) validate(explicit map[string]bool) error {
 	if err := o.validateGates(explicit); err != nil {
 		return err
 	}
+	if err := o.validateModes(); err != nil {
+		return err
+	}
 	return o.validateServing()
 }
 
@@ -201,10 +236,6 @@ func (o *options) validateGates(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
-	case o.maxWait < 0:
-		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
-	case o.dryRun && o.requireConfinement:
-		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
 	}
 	if o.readyURL != "" {
 		u, err := url.Parse(o.readyURL)
@@ -217,6 +248,28 @@ func (o *options) validateGates(explicit map[string]bool) error {
 	}
 	if o.csiAddress == "" {
 		o.requireCSINode = false
+	}
+	return nil
+}
+
+// validateModes checks the settings that change what the agent does with the gates' verdict.
+func (o *options) validateModes() error {
+	switch {
+	case o.maxWait < 0:
+		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
+	case o.retaintAfter < 0:
+		return fmt.Errorf("--retaint-after: %s is negative", o.retaintAfter)
+	case o.retaintAfter > 0 && len(o.taints) == 0:
+		return errors.New("--retaint-after: needs --taint, whose first key it puts back with effect NoSchedule")
+	case o.dryRun && o.requireConfinement:
+		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
+	case o.dryRun && o.conditionType != "":
+		return errors.New("--condition-type: cannot be written with --dry-run, which never writes to the Node")
+	}
+	if o.conditionType != "" {
+		if err := controllers.ValidateConditionType(o.conditionType); err != nil {
+			return fmt.Errorf("--condition-type: %w", err)
+		}
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 	}
 	if o.nodeName != "node-a" || o.csiAddress != "/csi/csi.sock" || !o.requireCSINode || o.requireAllocatable ||
 		o.probeInterval != time.Second || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || len(o.taints) != 0 ||
-		o.requireConfinement || o.maxWait != 0 {
+		o.requireConfinement || o.maxWait != 0 || o.retaintAfter != 0 || o.conditionType != "" {
 		t.Fatalf("unexpected defaults: %+v", o)
 	}
 }
@@ -33,13 +33,15 @@ func TestParseOptionsValues(t *testing.T) {
 	o, err := parseOptions([]string{
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
+		"--retaint-after=30s", "--condition-type=example.com/AgentReady",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
-		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute {
+		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute ||
+		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -80,6 +82,13 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"container without its pod", []string{csi, "--ready-container=driver"}, node, "--ready-container: needs the agent's own Pod"},
 		{"negative maximum wait", []string{csi, "--max-wait=-1m"}, node, "--max-wait: -1m0s is negative"},
 		{"maximum wait not a duration", []string{csi, "--max-wait=soon"}, node, "-max-wait"},
+		{"negative re-taint delay", []string{csi, "--taint=a/b", "--retaint-after=-30s"}, node, "--retaint-after: -30s is negative"},
+		{"re-taint delay not a duration", []string{csi, "--taint=a/b", "--retaint-after=30"}, node, "-retaint-after"},
+		{"re-taint without a taint to put back", []string{csi, "--retaint-after=30s"}, node, "--retaint-after: needs --taint"},
+		{"condition type not a qualified name", []string{csi, "--condition-type=agent ready"}, node, "--condition-type: \"agent ready\" is not a valid"},
+		{"condition type with two slashes", []string{csi, "--condition-type=a/b/c"}, node, "--condition-type"},
+		{"condition type kubelet writes", []string{csi, "--condition-type=Ready"}, node, "--condition-type: \"Ready\" is a condition kubelet writes"},
+		{"condition with a dry run", []string{csi, "--dry-run", "--condition-type=example.com/AgentReady"}, node, "--condition-type: cannot be written"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
 		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},
@@ -105,6 +114,19 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 	}
 }
 
+// TestParseOptionsTakesEmptyAsOff checks the values a manifest passes through an empty
+// environment variable when a setting is off.
+func TestParseOptionsTakesEmptyAsOff(t *testing.T) {
+	o, err := parseOptions([]string{"--csi-address=/csi/csi.sock", "--retaint-after=", "--condition-type="},
+		env(map[string]string{"NODE_NAME": "node-a"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.retaintAfter != 0 || o.conditionType != "" {
+		t.Fatalf("want both off, got %+v", o)
+	}
+}
+
 func TestParseOptionsHelp(t *testing.T) {
 	var out strings.Builder
 	_, err := parseOptions([]string{"--help"}, env(nil), &out)
@@ -112,7 +134,7 @@ func TestParseOptionsHelp(t *testing.T) {
 		t.Fatalf("err = %v, want flag.ErrHelp", err)
 	}
 	for _, name := range []string{"-node-name", "-taint", "-csi-address", "-require-csinode", "-require-allocatable",
-		"-ready-url", "-probe-interval", "-metrics-bind-address", "-health-probe-bind-address", "-kubeconfig", "-zap-log-level"} {
+		"-ready-url", "-probe-interval", "-max-wait", "-retaint-after", "-condition-type", "-dry-run", "-ready-container", "-metrics-bind-address", "-health-probe-bind-address", "-kubeconfig", "-zap-log-level"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("usage lacks %s", name)
 		}

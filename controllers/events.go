@@ -94,6 +94,40 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
+// reportRetaint reports a startup taint that continuous mode put back: the counter, a Warning
+// event and a log line.
+func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
+	metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
+	failing := v.failingFor.Round(time.Millisecond)
+	log.FromContext(ctx).Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
+		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonTaintAddedBack, "AddTaint",
+		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",
+		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
+}
+
+// reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
+// log line.
+func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
+	metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+	failing := v.failingFor.Round(time.Millisecond)
+	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
+		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWouldAddTaint, "AddTaint",
+		"Dry run: would put startup taint %s back now: %s for %s", spec, v.notReady.Error(), failing.Round(time.Second))
+}
+
+// reportCondition reports a write of the Node condition: the counter, and a log line when it
+// was written (a failure is returned, and logged by the caller's caller).
+func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondition, err error) {
+	if err != nil {
+		metrics.ConditionWrites.WithLabelValues(string(c.Status), failureClass(err)).Inc()
+		return
+	}
+	metrics.ConditionWrites.WithLabelValues(string(c.Status), metrics.ResultWritten).Inc()
+	log.FromContext(ctx).Info("wrote the node condition", "type", c.Type, "status", c.Status, "reason", c.Reason)
+}
+
 // reportFailure reports a failed removal of the taints specs selected: the counter on every
 // attempt, an event (and for a forbidden patch, the one log line) when the failure class changes.
 func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {

@@ -23,6 +23,12 @@ type Gate interface {
 	Probe(ctx context.Context) error
 }
 
+// The names of the CSI and HTTP gates.
+const (
+	gateCSI  = "csi"
+	gateHTTP = "http"
+)
+
 // errNotReady marks a driver that answered but reported itself not ready yet.
 var errNotReady = errors.New("driver reports not ready")
 
@@ -63,7 +69,7 @@ func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 }
 
 // Name implements Gate.
-func (g *CSIGate) Name() string { return "csi" }
+func (g *CSIGate) Name() string { return gateCSI }
 
 // Probe implements Gate. The driver is ready when Probe succeeds and its ready field is true or
 // unset (the CSI spec reads unset as ready). Its name is asked before that, as soon as it answers
@@ -131,7 +137,7 @@ func NewHTTPGate(url string, timeout time.Duration) *HTTPGate {
 }
 
 // Name implements Gate.
-func (g *HTTPGate) Name() string { return "http" }
+func (g *HTTPGate) Name() string { return gateHTTP }
 
 // Probe implements Gate.
 func (g *HTTPGate) Probe(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,6 +61,8 @@ const (
 	ReasonRemovalFailed       = "RemovalFailed"
 	ReasonTaintRemovedUnready = "TaintRemovedUnready"
 	ReasonWouldRemoveTaint    = "WouldRemoveTaint"
+	ReasonTaintAddedBack      = "TaintAddedBack"
+	ReasonWouldAddTaint       = "WouldAddTaint"
 )
 
 // NodeReconciler removes the configured startup taints from one Node once every readiness gate
@@ -106,8 +109,16 @@ type NodeReconciler struct {
 	// has passed, the startup taints are removed even though a gate does not pass, for clusters
 	// that prefer a usable node with a broken agent to a node that never schedules.
 	MaxWait time.Duration
+	// RetaintAfter, when positive, turns on continuous mode: once no startup taint is on the Node
+	// and a gate has not passed for this long without interruption, RetaintSpec(Taints) goes back
+	// on, and it comes off again once every gate has passed for as long. It needs Taints.
+	RetaintAfter time.Duration
+	// ConditionType, when set, publishes the gates' verdict as a Node condition of this type,
+	// written to the Node's status when it changes. See ValidateConditionType.
+	ConditionType string
 	// DryRun evaluates everything and never writes to the Node: where it would remove the startup
-	// taints it reports that instead, once per episode, so it can run beside another remover.
+	// taints, or put one back, it reports that instead, once per episode, so it can run beside
+	// another remover.
 	DryRun bool
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
@@ -258,6 +269,15 @@ func (r *NodeReconciler) validate() error {
 		return errors.New("NodeReconciler: RequireAllocatable needs RequireCSINode")
 	case r.MaxWait < 0:
 		return errors.New("NodeReconciler: MaxWait is negative")
+	case r.RetaintAfter < 0:
+		return errors.New("NodeReconciler: RetaintAfter is negative")
+	case r.RetaintAfter > 0 && len(r.Taints) == 0:
+		return errors.New("NodeReconciler: RetaintAfter needs Taints, the first of which it puts back")
+	}
+	if r.ConditionType != "" {
+		if err := ValidateConditionType(r.ConditionType); err != nil {
+			return fmt.Errorf("NodeReconciler: ConditionType: %w", err)
+		}
 	}
 	return nil
 }
@@ -274,10 +294,18 @@ func taintsChanged() predicate.Predicate {
 	}
 }
 
-// taintSpecs returns the configured specs, or the CSI driver's default once its name is known.
+// taintSpecs returns the configured specs, with the taint continuous mode puts back when they do
+// not select it, or the CSI driver's default once its name is known.
 func (r *NodeReconciler) taintSpecs() []TaintSpec {
 	if len(r.Taints) > 0 {
-		return r.Taints
+		if r.RetaintAfter <= 0 {
+			return r.Taints
+		}
+		retaint := RetaintSpec(r.Taints)
+		if len(MatchingTaints([]corev1.Taint{{Key: retaint.Key, Effect: retaint.Effect}}, r.Taints)) > 0 {
+			return r.Taints
+		}
+		return append(slices.Clip(r.Taints), retaint)
 	}
 	if name := r.CSI.DriverName(); name != "" {
 		return []TaintSpec{DefaultTaintSpec(name)}
@@ -286,6 +314,9 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// The Node condition (ConditionType); the admission policy allows only that condition, and only
+// when the install sets it.
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 // The agent's own Pod, for --ready-container: a Role in its own namespace only.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch,namespace=system
@@ -307,21 +338,41 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return ctrl.Result{}, nil
 	}
 	now := r.Clock.Now()
-	obs := r.state.observe(node, specs, now)
+	obs := r.state.observe(node, specs, r.retaintKey(), now)
 	r.reportObservation(ctx, specs, obs)
 
 	notReady, readySince := r.checkGates(ctx, now)
+	v := r.state.judge(notReady, readySince, now)
+	conditionErr := r.publishCondition(ctx, node, notReady)
+	var res ctrl.Result
+	var err error
 	if len(obs.held) == 0 {
-		return ctrl.Result{}, nil
+		res, err = r.retaint(ctx, node, v)
+	} else {
+		res, err = r.untaint(ctx, node, specs, obs, v, readySince)
 	}
+	return res, errors.Join(err, conditionErr)
+}
+
+// untaint removes the startup taints the Node holds once the gates pass, or once MaxWait has
+// passed, and reports the outcome.
+func (r *NodeReconciler) untaint(ctx context.Context, node *corev1.Node, specs []TaintSpec, obs observation, v verdict,
+	readySince time.Time) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	notReady := v.notReady
 	// Never forced before the gates have been probed once: a restarted agent would otherwise
-	// remove a taint unready that its first probe would have removed ready.
-	forced := notReady != nil && notReady.reason != reasonNotProbed && r.deadlinePassed(node, now)
+	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
+	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
+	forced := notReady != nil && notReady.reason != reasonNotProbed && !obs.again && r.deadlinePassed(node, now)
 	if notReady != nil && !forced {
 		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
 		r.reportWaiting(ctx, node, notReady, r.state.firstWait(notReady))
 		return ctrl.Result{RequeueAfter: r.untilDeadline(node, now)}, nil
+	}
+	if hold := r.holdFor(obs, v); hold > 0 {
+		log.FromContext(ctx).V(4).Info("holding a startup taint that came back until the gates have passed long enough", "for", hold.String())
+		return ctrl.Result{RequeueAfter: hold}, nil
 	}
 
 	if r.DryRun {
@@ -406,7 +457,38 @@ func failureClass(err error) string {
 // removeTaints patches the matching taints away and returns the ones it removed. A taint that is
 // already gone counts as success, and a Node that no longer exists is not an error.
 func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, specs []TaintSpec) ([]corev1.Taint, error) {
-	var removed []corev1.Taint
+	orig, err := r.patchTaints(ctx, node, func(n *corev1.Node) {
+		selecting := specsSelecting(n.Spec.Taints, specs)
+		if len(selecting) == 0 {
+			return
+		}
+		// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
+		n.Spec.Taints = WithoutTaints(n.Spec.Taints, specs)
+	}, func(orig *corev1.Node) {
+		for _, spec := range specsSelecting(orig.Spec.Taints, specs) {
+			metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("removing startup taints from node %s: %w", node.Name, err)
+	}
+	if orig == nil {
+		return nil, nil
+	}
+	return MatchingTaints(orig.Spec.Taints, specs), nil
+}
+
+// patchTaints applies change to node and sends the result, when its taints differ, as a merge
+// patch locked to the resourceVersion it was read at, reading the Node again from the API server
+// after each conflict. It returns the Node as it was before the change it sent, or nil when the
+// change made no difference or the Node is gone. conflict, when set, sees each conflict.
+func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, change func(*corev1.Node),
+	conflict func(orig *corev1.Node)) (*corev1.Node, error) {
+	var sent *corev1.Node
 	first := true
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		if !first {
@@ -417,39 +499,28 @@ func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, sp
 		}
 		first = false
 		orig := node.DeepCopy()
-		node.Spec.Taints = WithoutTaints(orig.Spec.Taints, specs)
+		change(node)
 		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) {
-			removed = nil
+			sent = nil
 			return nil
 		}
-		selecting := specsSelecting(orig.Spec.Taints, specs)
-		// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-		node.Annotations[RemovedAnnotation] = withRemoved(orig, selecting)
 		// A merge patch replaces the whole taint list; the resourceVersion lock makes it fail
 		// instead of dropping a taint another writer added since we read the Node.
 		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
 			client.FieldOwner(FieldManager))
-		if apierrors.IsConflict(err) {
-			for _, spec := range selecting {
-				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
-			}
+		if apierrors.IsConflict(err) && conflict != nil {
+			conflict(orig)
 		}
 		if err != nil {
 			return err
 		}
-		removed = MatchingTaints(orig.Spec.Taints, specs)
+		sent = orig
 		return nil
 	})
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("removing startup taints from node %s: %w", node.Name, err)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
-	return removed, nil
+	return sent, err
 }
 
 // specsSelecting returns the specs that select at least one of taints: the ones a removal attempt

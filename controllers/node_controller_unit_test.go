@@ -52,9 +52,12 @@ func newTestReconciler(t *testing.T, c client.Client, gates ...Gate) *NodeReconc
 	return r
 }
 
+// nodeRequest asks to reconcile the unit tests' Node, n1.
+var nodeRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}
+
 func reconcileNode(t *testing.T, r *NodeReconciler) error {
 	t.Helper()
-	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+	_, err := r.Reconcile(context.Background(), nodeRequest)
 	return err
 }
 

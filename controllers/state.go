@@ -40,6 +40,17 @@ type nodeState struct {
 	retryAfter time.Duration
 	// wouldRemove is set once a dry run has reported the removal it would have made.
 	wouldRemove bool
+
+	// The gates' verdict over time, across episodes: since when every gate has passed, or since
+	// when one has not. Both are zero before the first probe, when nothing is known.
+	passingSince time.Time
+	failingSince time.Time
+	// wouldRetaint is set once a dry run has reported the taint it would have put back, until the
+	// gates pass again.
+	wouldRetaint bool
+	// condition is the Node condition this process last wrote, so that a cache which has not seen
+	// the write yet does not cause it twice.
+	condition *corev1.NodeCondition
 }
 
 // observation is what observing the Node's taints found.
@@ -52,11 +63,15 @@ type observation struct {
 	cameBack []string
 	// ended is set when the taints went without this agent removing them: another writer did.
 	ended bool
+	// again is set when a held taint came back after an earlier removal.
+	again bool
 }
 
 // observe records the Node's taints. A Node with a new UID (re-created under the same name)
 // starts a new history; RemovedAnnotation tells which specs were removed before this process.
-func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, now time.Time) observation {
+// retaint is the spec continuous mode puts back (empty when it is off): only an agent puts it on
+// a Node, so once any startup taint has been removed, finding it means it came back.
+func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, retaint string, now time.Time) observation {
 	if s.uid != node.UID || s.present == nil {
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
 			readded: map[string]bool{}, waitEvents: map[string]bool{}}
@@ -68,11 +83,13 @@ func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, now time.Time)
 	for _, spec := range specs {
 		key := spec.String()
 		present := len(MatchingTaints(node.Spec.Taints, []TaintSpec{spec})) > 0
-		if present && !s.present[key] && s.removedBefore[key] {
+		removedBefore := s.removedBefore[key] || key == retaint && len(s.removedBefore) > 0
+		if present && !s.present[key] && removedBefore {
 			obs.cameBack = append(obs.cameBack, key)
 			s.readded[key] = true
 		}
 		s.present[key], obs.present[key] = present, present
+		obs.again = obs.again || present && s.readded[key]
 	}
 	switch {
 	case len(obs.held) == 0 && !s.heldSince.IsZero():
@@ -108,6 +125,68 @@ func (s *nodeState) firstWait(gerr *gateError) bool {
 	}
 	s.waitEvents[gerr.key()] = true
 	return true
+}
+
+// verdict is the gates' verdict at one reconcile, with how long it has held.
+type verdict struct {
+	// notReady is the first gate that does not pass; nil when every gate passes.
+	notReady *gateError
+	// failingFor is how long a gate has not passed, passingFor how long every gate has; each is
+	// zero while the other runs, and both before the first probe.
+	failingFor, passingFor time.Duration
+}
+
+// judge records the gates' verdict: notReady is the first gate that does not pass, readySince
+// when the gates reported to have all started passing. A verdict held longer than DURATION is
+// what continuous mode acts on.
+func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdict {
+	switch {
+	case notReady == nil:
+		s.failingSince, s.wouldRetaint = time.Time{}, false
+		if s.passingSince.IsZero() {
+			s.passingSince = now
+		}
+		return verdict{passingFor: now.Sub(maxTime(readySince, s.passingSince))}
+	case notReady.reason == reasonNotProbed:
+		return verdict{notReady: notReady}
+	default:
+		s.passingSince = time.Time{}
+		if s.failingSince.IsZero() {
+			s.failingSince = now
+		}
+		return verdict{notReady: notReady, failingFor: now.Sub(s.failingSince)}
+	}
+}
+
+// recordRetaint records that continuous mode put spec back: it starts an episode whose removal
+// is reported as the taint's return, without reporting the agent's own write as a taint that
+// came back.
+func (s *nodeState) recordRetaint(spec TaintSpec, gerr *gateError, now time.Time) {
+	key := spec.String()
+	s.present[key], s.readded[key] = true, true
+	s.heldSince = now
+	// The event that reported the taint's return said why; no second one for the same gate.
+	if gerr != nil {
+		s.waitEvents[gerr.key()] = true
+	}
+}
+
+// firstWouldRetaint reports whether this is the first time, since the gates last passed, that a
+// dry run would have put the taint back.
+func (s *nodeState) firstWouldRetaint() bool {
+	first := !s.wouldRetaint
+	s.wouldRetaint = true
+	return first
+}
+
+// conditionWritten reports whether c is the condition this process wrote last.
+func (s *nodeState) conditionWritten(c *corev1.NodeCondition) bool {
+	return sameCondition(s.condition, c)
+}
+
+// recordCondition records the condition this process wrote.
+func (s *nodeState) recordCondition(c *corev1.NodeCondition) {
+	s.condition = c
 }
 
 // removal is what a successful removal reports.

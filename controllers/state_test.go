@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
@@ -69,11 +68,14 @@ func (e *episodeTest) ready(ready bool) {
 	e.r.prober.probeOnce(context.Background())
 }
 
-func (e *episodeTest) reconcile() {
+// reconcile reconciles the Node and returns the requeue it asked for.
+func (e *episodeTest) reconcile() time.Duration {
 	e.t.Helper()
-	if err := reconcileNode(e.t, e.r); err != nil {
+	res, err := e.r.Reconcile(context.Background(), nodeRequest)
+	if err != nil {
 		e.t.Fatal(err)
 	}
+	return res.RequeueAfter
 }
 
 // events returns the events recorded since the last call.
@@ -186,7 +188,7 @@ func TestAnEpisodeEndedByAnotherWriterIsClosed(t *testing.T) {
 	patchErr = forbidden
 	e.ready(true)
 	for _, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
-		res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+		res, err := e.r.Reconcile(context.Background(), nodeRequest)
 		if err != nil || res.RequeueAfter != want {
 			t.Fatalf("Reconcile() = %v, %v; want a requeue after %v", res, err, want)
 		}
@@ -195,7 +197,7 @@ func TestAnEpisodeEndedByAnotherWriterIsClosed(t *testing.T) {
 	e.setTaints()
 	e.reconcile()
 	e.setTaints(startup)
-	res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+	res, err := e.r.Reconcile(context.Background(), nodeRequest)
 	if err != nil || res.RequeueAfter != time.Second {
 		t.Fatalf("Reconcile() = %v, %v; want the backoff to start again at 1s", res, err)
 	}
@@ -260,10 +262,6 @@ func TestANodeRecreatedUnderTheSameNameStartsAfresh(t *testing.T) {
 	}
 }
 
-func requestFor(name string) reconcile.Request {
-	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
-}
-
 func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-6", startup))
 	e.r.MaxWait = 10 * time.Minute
@@ -271,7 +269,7 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	count, sum := histogram(t, metrics.RemovalSeconds)
 
 	e.clock.Step(4 * time.Minute)
-	res, err := e.r.Reconcile(context.Background(), requestFor("n1"))
+	res, err := e.r.Reconcile(context.Background(), nodeRequest)
 	if err != nil || res.RequeueAfter != 6*time.Minute {
 		t.Fatalf("Reconcile() = %v, %v; want a requeue at the deadline, 6m later", res, err)
 	}

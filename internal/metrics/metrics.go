@@ -19,12 +19,17 @@ const (
 	ResultError     = "error"
 	// ResultDryRun counts, once per episode, a removal that --dry-run did not make.
 	ResultDryRun = "dry_run"
+	// ResultAdded counts a startup taint that --retaint-after put back.
+	ResultAdded = "added"
+	// ResultWritten counts a Node condition written (--condition-type).
+	ResultWritten = "written"
 )
 
 // Label names shared by several metrics.
 const (
-	labelTaint = "taint"
-	labelGate  = "gate"
+	labelTaint  = "taint"
+	labelGate   = "gate"
+	labelResult = "result"
 )
 
 // version is set at build time with -ldflags -X.
@@ -41,7 +46,7 @@ var (
 	Removals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_removals_total",
 		Help: "Attempts to remove a startup taint, by result (removed, conflict, forbidden, error, dry_run).",
-	}, []string{labelTaint, "result"})
+	}, []string{labelTaint, labelResult})
 
 	// Readded counts taints that came back after this pod had removed them.
 	Readded = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -88,6 +93,20 @@ var (
 		Help: "Startup taints removed after the maximum wait (--max-wait) although a readiness gate did not pass.",
 	}, []string{labelTaint})
 
+	// Retaints counts the startup taints continuous mode put back on the Node, by result.
+	Retaints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_retaints_total",
+		Help: "Attempts to put a startup taint back (--retaint-after) after a readiness gate stopped passing, " +
+			"by result (added, conflict, forbidden, error, dry_run).",
+	}, []string{labelTaint, labelResult})
+
+	// ConditionWrites counts writes of the Node condition (--condition-type), by the status written.
+	ConditionWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "startup_taint_condition_writes_total",
+		Help: "Writes of the agent's Node condition (--condition-type), one per change, " +
+			"by status (True, False) and result (written, forbidden, error).",
+	}, []string{"status", labelResult})
+
 	// Confined is 1 while the admission policy is known to confine this agent.
 	Confined = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "startup_taint_confined",
@@ -104,7 +123,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
-		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Confined, BuildInfo)
+		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Retaints, ConditionWrites, Confined, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 

@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The gates' verdict as a Node condition (ConditionType): visible in `kubectl describe node`, and
+// readable by controllers that act on Node conditions.
+
+// ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
+// the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady.
+const ConditionReasonGatesPass = "GatesPass"
+
+// kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.
+var kubeletConditions = []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure,
+	corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable}
+
+// ValidateConditionType checks that t may be the agent's Node condition type: a qualified name
+// (as label keys are) that is not one of kubelet's own conditions.
+func ValidateConditionType(t string) error {
+	if errs := validation.IsQualifiedName(t); len(errs) > 0 {
+		return fmt.Errorf("%q is not a valid condition type: %s", t, strings.Join(errs, "; "))
+	}
+	if slices.Contains(kubeletConditions, corev1.NodeConditionType(t)) {
+		return fmt.Errorf("%q is a condition kubelet writes", t)
+	}
+	return nil
+}
+
+// publishCondition writes the verdict as the Node's ConditionType condition when it differs from
+// the condition on the Node and from the one this process wrote last. Nothing is written before
+// the gates have been probed, so a restarted agent does not report False for a moment.
+func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, notReady *gateError) error {
+	if r.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == reasonNotProbed {
+		return nil
+	}
+	want := r.condition(notReady)
+	current := findCondition(node.Status.Conditions, want.Type)
+	if sameCondition(current, &want) || r.state.conditionWritten(&want) {
+		return nil
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	want.LastHeartbeatTime, want.LastTransitionTime = now, now
+	if current != nil && current.Status == want.Status {
+		want.LastTransitionTime = current.LastTransitionTime
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{want}}})
+	if err != nil {
+		return fmt.Errorf("encoding condition %s: %w", want.Type, err)
+	}
+	// A strategic merge patch merges conditions by type, so one that carries only this condition
+	// cannot undo a concurrent write of kubelet's own conditions, and needs no resourceVersion lock.
+	err = r.Client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch), client.FieldOwner(FieldManager))
+	r.reportCondition(ctx, want, err)
+	if err != nil {
+		return fmt.Errorf("writing condition %s of node %s: %w", want.Type, node.Name, err)
+	}
+	r.state.recordCondition(&want)
+	return nil
+}
+
+// condition is the verdict as a condition, without its times.
+func (r *NodeReconciler) condition(notReady *gateError) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: corev1.NodeConditionType(r.ConditionType)}
+	if notReady == nil {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionReasonGatesPass, "Every readiness gate passes"
+		return c
+	}
+	// The message names the reason class, not the error's detail, so a detail that changes at
+	// every probe does not cause a write.
+	c.Status, c.Reason = corev1.ConditionFalse, conditionReason(notReady.gate)
+	c.Message = fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " "))
+	return c
+}
+
+// conditionReason is a gate's name in CamelCase followed by NotReady.
+func conditionReason(gate string) string {
+	initialisms := map[string]string{gateCSI: "CSI", gateCSINode: "CSINode", gateHTTP: "HTTP"}
+	var b strings.Builder
+	for _, word := range strings.FieldsFunc(gate, func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
+		if s, ok := initialisms[word]; ok {
+			b.WriteString(s)
+			continue
+		}
+		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+	}
+	if b.Len() == 0 || !unicode.IsLetter(rune(b.String()[0])) {
+		return "GateNotReady"
+	}
+	return b.String() + "NotReady"
+}
+
+func findCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
+}
+
+// sameCondition compares what the verdict decides: the status, reason and message.
+func sameCondition(a, b *corev1.NodeCondition) bool {
+	return a != nil && b != nil && a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
+}
