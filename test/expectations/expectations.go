@@ -5,8 +5,10 @@ package expectations
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -54,6 +56,23 @@ func (AlwaysReady) Name() string { return "test" }
 
 // Probe always passes.
 func (AlwaysReady) Probe(context.Context) error { return nil }
+
+// Switch is a readiness gate whose result the test sets; it starts passing.
+type Switch struct{ off atomic.Bool }
+
+// Name names the gate.
+func (*Switch) Name() string { return "switch" }
+
+// Probe passes unless the switch is off.
+func (s *Switch) Probe(context.Context) error {
+	if s.off.Load() {
+		return errors.New("switched off")
+	}
+	return nil
+}
+
+// Set turns the gate on (passing) or off.
+func (s *Switch) Set(on bool) { s.off.Store(!on) }
 
 // EventCount counts the events recorded about the Node named node with reason (any reason when
 // empty), each series by its count. Events about Nodes are in the default namespace.

@@ -18,6 +18,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -38,6 +39,7 @@ var installs = []struct{ name, dir string }{
 	{"the EBS sidecar recipe", "../../config/samples/ebs-sidecar"},
 	{"the EFS sidecar recipe", "../../config/samples/efs-sidecar"},
 	{"the Azure Disk sidecar recipe", "../../config/samples/azuredisk-sidecar"},
+	{"the EBS sidecar with continuous mode and a Node condition", "testdata/continuous-sidecar"},
 }
 
 // agent is what a rendered install says about the pods it runs.
@@ -48,6 +50,8 @@ type agent struct {
 	// taintList is the rendered --taint value; taints is its parsed form.
 	taintList string
 	taints    []controllers.TaintSpec
+	// retaintAfter and conditionType are the rendered --retaint-after and --condition-type, empty when off.
+	retaintAfter, conditionType string
 }
 
 // agentOf reads the agent from the one DaemonSet that runs the startup-taint-remover container.
@@ -59,11 +63,16 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 			if c.Name != "startup-taint-remover" {
 				continue
 			}
-			Expect(c.Args).To(ContainElement("--taint=$(STARTUP_TAINTS)"))
+			Expect(c.Args).To(ContainElements("--taint=$(STARTUP_TAINTS)", "--retaint-after=$(RETAINT_AFTER)", "--condition-type=$(CONDITION_TYPE)"))
 			a := agent{namespace: ds.Namespace, serviceAccount: ds.Spec.Template.Spec.ServiceAccountName}
 			for _, env := range c.Env {
-				if env.Name == "STARTUP_TAINTS" {
+				switch env.Name {
+				case "STARTUP_TAINTS":
 					a.taintList = env.Value
+				case "RETAINT_AFTER":
+					a.retaintAfter = env.Value
+				case "CONDITION_TYPE":
+					a.conditionType = env.Value
 				}
 			}
 			Expect(a.taintList).NotTo(BeEmpty(), "STARTUP_TAINTS has a rendered value")
@@ -147,10 +156,14 @@ func isNamespaced(obj *unstructured.Unstructured) bool {
 
 // startAgent runs the real controller, configured as the binary is, with c's identity, and returns
 // a channel that receives what the manager's Start returned; the spec's cleanup stops it.
-func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck) <-chan error {
+func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck,
+	configure ...func(*controllers.NodeReconciler)) <-chan error {
 	GinkgoHelper()
 	r := &controllers.NodeReconciler{NodeName: node, Taints: taints, Gates: []controllers.Gate{expectations.AlwaysReady{}},
 		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}
+	for _, f := range configure {
+		f(r)
+	}
 	return expectations.StartManager(c, controllers.ManagerOptions(node), r.SetupWithManager)
 }
 
@@ -172,8 +185,17 @@ const (
 	msgNoNodeClaim   = "carries no node name"
 	msgEvents        = "may only record events about its own Node"
 	msgRemovedRecord = "may only add its own startup taints"
+	msgStatusOff     = "may not write a Node's status"
 	msgRBAC          = "cannot"
 )
+
+// msgStatus is the policy's refusal of a status write that is not the agent's own condition.
+func (a agent) msgStatus() string {
+	if a.conditionType == "" {
+		return msgStatusOff
+	}
+	return "may only write its own condition (" + a.conditionType + ") in a Node's status"
+}
 
 var _ = Describe("every README install", func() {
 	It("is in the test table, and no sample is left out", func() {
@@ -245,7 +267,7 @@ var _ = Describe("the rendered installs", func() {
 				for _, obj := range objs {
 					data, err := yaml.Marshal(obj.Object)
 					Expect(err).NotTo(HaveOccurred())
-					Expect(string(data)).NotTo(MatchRegexp(`(^|[^_A-Z])TAINTS`), "a placeholder left in %s %s", obj.GetKind(), obj.GetName())
+					Expect(string(data)).NotTo(MatchRegexp(`(^|[^_A-Z])TAINTS|RETAINTAFTER|CONDITIONTYPE`), "a placeholder left in %s %s", obj.GetKind(), obj.GetName())
 				}
 				policies := only[admissionv1.ValidatingAdmissionPolicy](objs, "ValidatingAdmissionPolicy")
 				Expect(policies).To(HaveLen(2))
@@ -253,7 +275,10 @@ var _ = Describe("the rendered installs", func() {
 					Expect(p.Spec.ParamKind).To(BeNil())
 					Expect(p.Spec.MatchConditions).To(ContainElement(HaveField("Expression", ContainSubstring("['"+a.taintList+"']"))))
 				}
-				Expect(policies).To(ContainElement(HaveField("Spec.Variables", ContainElement(HaveField("Expression", "'"+a.taintList+"'")))))
+				for name, value := range map[string]string{"taintList": a.taintList, "retaintAfter": a.retaintAfter, "conditionType": a.conditionType} {
+					Expect(policies).To(ContainElement(HaveField("Spec.Variables", ContainElement(And(
+						HaveField("Name", name), HaveField("Expression", "'"+value+"'"))))), "the policy's %s is the DaemonSet's", name)
+				}
 				bindings := only[admissionv1.ValidatingAdmissionPolicyBinding](objs, "ValidatingAdmissionPolicyBinding")
 				Expect(bindings).To(HaveLen(2))
 				for _, b := range bindings {
@@ -407,16 +432,6 @@ var _ = Describe("the rendered installs", func() {
 						n.Spec.PodPreemptionPolicy = &corev1.NodePodPreemptionPolicy{DisableResizePreemption: []string{"example.com/autoscaler"}}
 					})
 				}, msgSpec},
-				{"writing the status", func(ctx context.Context, c client.Client, own string) error {
-					node := &corev1.Node{}
-					if err := k8sClient.Get(ctx, client.ObjectKey{Name: own}, node); err != nil {
-						return err
-					}
-					orig := node.DeepCopy()
-					node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{
-						Type: "Example", Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
-					return c.Status().Patch(ctx, node, client.MergeFrom(orig))
-				}, msgRBAC},
 				{"deleting the node", func(ctx context.Context, c client.Client, own string) error {
 					return c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: own}})
 				}, msgRBAC},
@@ -468,6 +483,141 @@ var _ = Describe("the rendered installs", func() {
 					Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed(), "the configured effect goes")
 				}
 			})
+
+			It("lets the agent put back exactly its continuous-mode taint, and only when the install turns continuous mode on", func(ctx SpecContext) {
+				back := corev1.Taint{Key: a.taints[0].Key, Effect: corev1.TaintEffectNoSchedule}
+				add := func(t corev1.Taint) func(*corev1.Node) {
+					return func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, t) }
+				}
+				own := newNode(ctx)
+				Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed())
+				if a.retaintAfter == "" {
+					err := patchNode(ctx, asAgent(own), own, add(back))
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+					Expect(err.Error()).To(ContainSubstring(msgTaintsOnly + " (" + a.taintList + "); it may not add"))
+					return
+				}
+				msg := msgTaintsOnly + " (" + a.taintList + ") and put " + back.Key + ":NoSchedule back"
+				for what, t := range map[string]corev1.Taint{
+					"another effect": {Key: back.Key, Effect: corev1.TaintEffectPreferNoSchedule},
+					"NoExecute":      {Key: back.Key, Effect: corev1.TaintEffectNoExecute},
+					"another key":    {Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule},
+					"a value":        {Key: back.Key, Value: "x", Effect: corev1.TaintEffectNoSchedule},
+				} {
+					err := patchNode(ctx, asAgent(own), own, add(t))
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
+					Expect(err.Error()).To(ContainSubstring(msg), what)
+				}
+				err := patchNode(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) { removeStartup(n); add(back)(n) })
+				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
+
+				Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+					n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
+					n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() + "," + back.Key + ":NoSchedule"
+				})).To(Succeed(), "and takes it off again, recording it")
+			})
+
+			It("lets the agent write exactly its own Node condition, and only when the install names one", func(ctx SpecContext) {
+				own := newNode(ctx)
+				kubelets := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+					LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{kubelets} })).
+					To(Succeed())
+				ours := a.conditionType
+				if ours == "" {
+					ours = "example.com/AgentReady"
+				}
+				refused := map[string]func(*corev1.Node){
+					"another condition type": func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition("example.com/Other", corev1.ConditionTrue))
+					},
+					"kubelet's condition": func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse },
+					"removing kubelet's condition": func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{condition(ours, corev1.ConditionTrue)}
+					},
+					"another status field": func(n *corev1.Node) {
+						n.Status.Capacity = corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}
+					},
+					"its condition and another status field": func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
+						n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.9"}}
+					},
+				}
+				if a.conditionType == "" {
+					refused["a condition, with none configured"] = func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
+					}
+				}
+				for what, change := range refused {
+					err := writeStatus(ctx, asAgent(own), own, change)
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
+					Expect(err.Error()).To(ContainSubstring(a.msgStatus()), what)
+				}
+				if a.conditionType == "" {
+					return
+				}
+				err := writeStatus(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) {
+					n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
+				})
+				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
+				for _, status := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse} {
+					Expect(writeStatus(ctx, asAgent(own), own, func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], condition(ours, status)}
+					})).To(Succeed(), "its own condition, %s", status)
+				}
+			})
+
+			It("lets the real controller, as the agent, put its taint back and write its condition exactly when the install allows them",
+				func(ctx SpecContext) {
+					name := newNode(ctx)
+					gate := &expectations.Switch{}
+					conditionType := a.conditionType
+					if conditionType == "" {
+						conditionType = "example.com/AgentReady"
+					}
+					back := corev1.Taint{Key: a.taints[0].Key, Effect: corev1.TaintEffectNoSchedule}
+					forbidden := testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
+					refusedConditions := testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden))
+					startAgent(a.config(name), name, a.taints, nil, func(r *controllers.NodeReconciler) {
+						r.Gates, r.RetaintAfter, r.ConditionType = []controllers.Gate{gate}, time.Second, conditionType
+					})
+					nodeNow := func(g Gomega) *corev1.Node {
+						node := &corev1.Node{}
+						g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+						// Less the taint the API server adds to every new Node, which no kubelet here clears.
+						node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: corev1.TaintNodeNotReady}})
+						return node
+					}
+					Eventually(func(g Gomega) { g.Expect(nodeNow(g).Spec.Taints).To(Equal([]corev1.Taint{other})) }).Should(Succeed())
+					gate.Set(false)
+					if a.retaintAfter == "" || a.conditionType == "" {
+						// An agent whose flags ask for more than its install allows is refused, and counts it.
+						Eventually(func() float64 {
+							return testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden)) - forbidden +
+								testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden)) -
+								refusedConditions
+						}).Should(BeNumerically(">=", 2))
+						Consistently(func(g Gomega) {
+							node := nodeNow(g)
+							g.Expect(node.Spec.Taints).To(Equal([]corev1.Taint{other}))
+							g.Expect(node.Status.Conditions).To(BeEmpty())
+						}, "1s").Should(Succeed())
+						return
+					}
+					Eventually(func(g Gomega) {
+						node := nodeNow(g)
+						g.Expect(node.Spec.Taints).To(Equal([]corev1.Taint{other, back}))
+						g.Expect(node.Status.Conditions).To(ConsistOf(And(HaveField("Type", corev1.NodeConditionType(conditionType)),
+							HaveField("Status", corev1.ConditionFalse), HaveField("Reason", "SwitchNotReady"))))
+					}).Should(Succeed())
+					gate.Set(true)
+					Eventually(func(g Gomega) {
+						node := nodeNow(g)
+						g.Expect(node.Spec.Taints).To(Equal([]corev1.Taint{other}))
+						g.Expect(node.Status.Conditions).To(ConsistOf(HaveField("Status", corev1.ConditionTrue)))
+					}).Should(Succeed())
+				})
 
 			It("denies the agent's own removal without the node-name claim, and allows it with the claim", func(ctx SpecContext) {
 				own := newNode(ctx)
@@ -646,6 +796,24 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 		Expect(outcome).To(Equal(controllers.CannotWrite))
 	})
 })
+
+// condition is a Node condition as the agent writes it.
+func condition(t string, status corev1.ConditionStatus) corev1.NodeCondition {
+	return corev1.NodeCondition{Type: corev1.NodeConditionType(t), Status: status, Reason: "Test", Message: "test",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+}
+
+// writeStatus changes the status of the Node name, read as an admin, with one merge patch of the
+// status subresource sent through c.
+func writeStatus(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
+	node := &corev1.Node{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	orig := node.DeepCopy()
+	change(node)
+	return c.Status().Patch(ctx, node, client.MergeFrom(orig))
+}
 
 // nodeEvent is an event as the agent on node records it, in namespace, about regarding.
 func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *eventsv1.Event {
