@@ -174,4 +174,78 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(25)))
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 	})
+
+	It("in continuous mode, puts the taint back when kubelet unregisters the driver and takes it off after re-registration, "+
+		"and its Node condition survives kubelet's status writes", func(ctx SpecContext) {
+		const name = "e2e-kubelet-continuous"
+		const conditionType = driverName + "/AgentReady"
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+		})
+		drivers := csiNodeDrivers(ctx, name)
+		kubelet := startKubelet(ctx, name)
+		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(driver.Stop)
+		reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { reg.Unregister() })
+		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
+			"--retaint-after=2s", "--condition-type="+conditionType,
+			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
+		back := corev1.Taint{Key: startupTaint.Key, Effect: corev1.TaintEffectNoSchedule}
+		node := func(g Gomega) *corev1.Node {
+			n := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, n)).To(Succeed())
+			return n
+		}
+		ours := func(status corev1.ConditionStatus, reason string) OmegaMatcher {
+			return ContainElement(And(HaveField("Type", corev1.NodeConditionType(conditionType)),
+				HaveField("Status", status), HaveField("Reason", reason)))
+		}
+		Eventually(func(g Gomega) {
+			n := node(g)
+			g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", startupTaint.Key)))
+			g.Expect(n.Status.Conditions).To(ours(corev1.ConditionTrue, "GatesPass"))
+		}, time.Minute).Should(Succeed())
+
+		By("kubelet unregistering the driver: after the grace, the taint goes back on with NoSchedule")
+		reg.Unregister()
+		Eventually(drivers, time.Minute).Should(BeEmpty())
+		unregistered := time.Now()
+		Eventually(func(g Gomega) {
+			n := node(g)
+			g.Expect(n.Spec.Taints).To(ContainElement(back))
+			g.Expect(n.Status.Conditions).To(ours(corev1.ConditionFalse, "CSINodeNotReady"))
+		}).Should(Succeed())
+		Expect(time.Since(unregistered)).To(BeNumerically(">=", time.Second), "not before the grace")
+		Expect(node(Default).Spec.Taints).NotTo(ContainElement(startupTaint), "never NoExecute")
+
+		By("restarting kubelet, which writes its own conditions: the agent's stays")
+		kubelet.Stop()
+		readyBefore := time.Now()
+		kubelet = startKubelet(ctx, name)
+		Eventually(func(g Gomega) time.Time {
+			for _, c := range node(g).Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c.LastHeartbeatTime.Time
+				}
+			}
+			return time.Time{}
+		}, time.Minute).Should(BeTemporally(">=", readyBefore.Truncate(time.Second)), "kubelet wrote its status")
+		Expect(node(Default).Status.Conditions).To(ours(corev1.ConditionFalse, "CSINodeNotReady"))
+
+		By("kubelet registering the driver again: the taint comes off after the hold time")
+		reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(drivers, time.Minute).Should(HaveKey(driverName))
+		registered := time.Now()
+		Eventually(func(g Gomega) {
+			n := node(g)
+			g.Expect(n.Spec.Taints).NotTo(ContainElement(back))
+			g.Expect(n.Status.Conditions).To(ours(corev1.ConditionTrue, "GatesPass"))
+		}).Should(Succeed())
+		Expect(time.Since(registered)).To(BeNumerically(">=", time.Second), "not before the hold time")
+	})
 })
