@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -62,6 +63,9 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 	// A strategic merge patch merges conditions by type, so one that carries only this condition
 	// cannot undo a concurrent write of kubelet's own conditions, and needs no resourceVersion lock.
 	err = r.Client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch), client.FieldOwner(FieldManager))
+	if apierrors.IsNotFound(err) {
+		return nil // the Node was deleted meanwhile
+	}
 	r.reportCondition(ctx, want, err)
 	if err != nil {
 		return fmt.Errorf("writing condition %s of node %s: %w", want.Type, node.Name, err)
