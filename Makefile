@@ -1,5 +1,9 @@
 # Image URL to use all building/pushing image targets.
 IMG ?= startup-taint-remover:latest
+# The image repository a release's install.yaml and chart point at; the tag is VERSION.
+IMAGE_REPO ?= startup-taint-remover
+# The container engine for docker-build and docker-push.
+CONTAINER_TOOL ?= docker
 
 # Version stamped into the binary and its startup_taint_build_info metric.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -38,8 +42,9 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: fmt vet envtest ## Run the unit, envtest and end-to-end tests with the race detector.
+test: fmt vet envtest chart-tool ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's tests.
 	go test -race ./... -coverprofile cover.out
+	go -C hack/chart test ./...
 
 FUZZTIME ?= 1m
 .PHONY: fuzz
@@ -48,8 +53,14 @@ fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make
 	go test ./controllers -run '^$$' -fuzz '^FuzzWithoutTaints$$' -fuzztime $(FUZZTIME)
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint.
+lint: golangci-lint helm-lint ## Run golangci-lint on both modules, and lint the Helm chart.
 	"$(GOLANGCI_LINT)" run
+	cd hack/chart && "$(GOLANGCI_LINT)" run
+
+.PHONY: helm-lint
+helm-lint: chart-tool ## Lint the Helm chart, strictly, with its default values and each driver's values file.
+	"$(CHART_TOOL)" lint charts/startup-taint-remover
+	for f in charts/startup-taint-remover/ci/*-values.yaml; do "$(CHART_TOOL)" lint charts/startup-taint-remover -f "$$f"; done
 
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
@@ -73,6 +84,32 @@ build: fmt vet ## Build the startup-taint-remover binary.
 .PHONY: run
 run: fmt vet ## Run the controller from your host against the cluster in KUBECONFIG.
 	go run ./cmd $(ARGS)
+
+# The flags of every release and image build; the Dockerfile's go build line uses the same, and
+# test/e2e runs that line to check it.
+RELEASE_GOFLAGS = -trimpath -ldflags "-s -w $(LDFLAGS)"
+
+.PHONY: release
+release: kustomize chart-tool ## Write dist/ for VERSION=vX.Y.Z: install.yaml, the packaged chart, static linux binaries, checksums.
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "VERSION: \"$(VERSION)\" is not vX.Y.Z" >&2; exit 2; }
+	rm -rf dist && mkdir -p dist && cp -r config dist/.config
+	cd dist/.config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMAGE_REPO):$(VERSION)
+	"$(KUSTOMIZE)" build dist/.config/default > dist/install.yaml
+	rm -r dist/.config
+	"$(CHART_TOOL)" package charts/startup-taint-remover -version "$(VERSION)" -image "$(IMAGE_REPO)" -destination dist
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build $(RELEASE_GOFLAGS) -o dist/startup-taint-remover-linux-$$arch ./cmd; \
+	done
+	cd dist && sha256sum install.yaml *.tgz startup-taint-remover-linux-* > checksums.txt
+	@cat dist/checksums.txt
+
+.PHONY: docker-build
+docker-build: ## Build the image IMG with VERSION stamped in (needs a container engine; multi-arch: see the Dockerfile).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the image IMG.
+	$(CONTAINER_TOOL) push $(IMG)
 
 ##@ Deployment
 
@@ -107,6 +144,9 @@ KUBECTL ?= kubectl
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+# Lints, renders and packages the chart with the Helm Go SDK (hack/chart, a module of its own).
+CHART_TOOL ?= $(LOCALBIN)/chart
+export CHART_TOOL
 
 ## Tool Versions
 KUSTOMIZE_VERSION ?= v5.8.1
@@ -127,6 +167,10 @@ $(GOLANGCI_LINT): $(LOCALBIN)
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen locally if necessary.
 $(CONTROLLER_GEN): $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: chart-tool
+chart-tool: $(LOCALBIN) ## Build hack/chart (the Helm Go SDK; go build skips it when nothing changed).
+	go -C hack/chart build -o "$(CHART_TOOL)" .
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver, etcd and kubemark (the hollow kubelet) from their Go modules (once; skipped when present).

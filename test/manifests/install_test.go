@@ -30,16 +30,35 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
-// installs are every way the README installs the agent. Each must confine exactly the identity
-// its DaemonSet runs as, let that identity remove its own startup taints, and come and go without
-// ever blocking anyone else's Node writes.
-var installs = []struct{ name, dir string }{
-	{"config/default", "../../config/default"},
-	{"a user overlay with its own namespace, name prefix, suffix and labels", "testdata/overlay"},
-	{"the EBS sidecar recipe", "../../config/samples/ebs-sidecar"},
-	{"the EFS sidecar recipe", "../../config/samples/efs-sidecar"},
-	{"the Azure Disk sidecar recipe", "../../config/samples/azuredisk-sidecar"},
-	{"the EBS sidecar with continuous mode and a Node condition", "testdata/continuous-sidecar"},
+// installs are every way the README installs the agent: kustomize configurations and the Helm
+// chart with values files. Each must confine exactly the identity its DaemonSet runs as, let that
+// identity remove its own startup taints, and come and go without ever blocking anyone else's
+// Node writes.
+var installs = []install{
+	{name: "config/default", dir: "../../config/default"},
+	{name: "a user overlay with its own namespace, name prefix, suffix and labels", dir: "testdata/overlay"},
+	{name: "the EBS sidecar recipe", dir: "../../config/samples/ebs-sidecar"},
+	{name: "the EFS sidecar recipe", dir: "../../config/samples/efs-sidecar"},
+	{name: "the Azure Disk sidecar recipe", dir: "../../config/samples/azuredisk-sidecar"},
+	{name: "the EBS sidecar with continuous mode and a Node condition", dir: "testdata/continuous-sidecar"},
+	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
+	{name: "the Helm chart for EBS with continuous mode and a Node condition", dir: chartDir, chart: &chartRelease{
+		name: "ebs", namespace: "ebs-csi", values: []string{chartDir + "/ci/ebs-values.yaml", "testdata/continuous-values.yaml"}}},
+}
+
+// install is one way to install the agent: a kustomization directory, or a chart directory
+// rendered as a release.
+type install struct {
+	name, dir string
+	chart     *chartRelease
+}
+
+func (in install) render() []*unstructured.Unstructured {
+	GinkgoHelper()
+	if in.chart != nil {
+		return in.chart.render(in.dir)
+	}
+	return render(in.dir)
 }
 
 // agent is what a rendered install says about the pods it runs.
@@ -206,6 +225,7 @@ var _ = Describe("every README install", func() {
 		for _, in := range installs {
 			dirs = append(dirs, in.dir)
 		}
+		Expect(dirs).To(ContainElement(chartDir), "the Helm chart")
 		readme, err := os.ReadFile("../../README.md")
 		Expect(err).NotTo(HaveOccurred())
 		for _, s := range samples {
@@ -244,7 +264,7 @@ var _ = Describe("the rendered installs", func() {
 			asAgent := func(node string) client.Client { return impersonating(a.user, a.groups, node) }
 
 			BeforeAll(func(ctx SpecContext) {
-				objs = render(in.dir)
+				objs = in.render()
 				a = agentOf(objs)
 				apply(ctx, objs)
 				// The last spec uninstalls step by step; this removes whatever a failure left behind.

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/getter"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+)
+
+// mergeValues reads the values files and --set pairs as helm does.
+func mergeValues(files, sets []string) (map[string]any, error) {
+	opts := values.Options{ValueFiles: files, Values: sets}
+	vals, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, fmt.Errorf("reading values: %w", err)
+	}
+	return vals, nil
+}
+
+// Lint lints the chart in dir with the values, as `helm lint --strict` does: warnings fail too.
+func Lint(dir string, files, sets []string) error {
+	vals, err := mergeValues(files, sets)
+	if err != nil {
+		return err
+	}
+	l := action.NewLint()
+	l.Strict = true
+	res := l.Run([]string{dir}, vals)
+	var problems []string
+	for _, m := range res.Messages {
+		if m.Severity >= support.WarningSev {
+			problems = append(problems, m.Error())
+		}
+	}
+	for _, err := range res.Errors {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", errLint, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// KubeVersion is the Kubernetes version charts are rendered for: the envtest control plane's.
+const KubeVersion = "v1.37.2"
+
+// Template renders the chart in dir as release name in namespace, as `helm template` does,
+// validating the values against the chart's schema.
+func Template(dir, name, namespace string, files, sets []string) (string, error) {
+	chrt, err := loader.Load(dir)
+	if err != nil {
+		return "", fmt.Errorf("loading %s: %w", dir, err)
+	}
+	vals, err := mergeValues(files, sets)
+	if err != nil {
+		return "", err
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName, install.Namespace, install.Replace = name, namespace, true
+	if install.KubeVersion, err = common.ParseKubeVersion(KubeVersion); err != nil {
+		return "", fmt.Errorf("parsing %s: %w", KubeVersion, err)
+	}
+	rel, err := install.RunWithContext(context.Background(), chrt, vals)
+	if err != nil {
+		return "", fmt.Errorf("rendering %s: %w", dir, err)
+	}
+	r, ok := rel.(*releasev1.Release)
+	if !ok {
+		return "", errors.New("rendering: the SDK returned an unknown release type")
+	}
+	return r.Manifest + "\n", nil
+}
+
+// Package writes the chart in dir into destination as a release's archive and returns its path:
+// version (vX.Y.Z) is the appVersion and so the default image tag, the chart's version is the
+// same without the v, and image is the repository its values point at.
+func Package(dir, version, image, destination string) (string, error) {
+	chrt, err := loader.Load(dir)
+	if err != nil {
+		return "", fmt.Errorf("loading %s: %w", dir, err)
+	}
+	chrt.Metadata.Version, chrt.Metadata.AppVersion = strings.TrimPrefix(version, "v"), version
+	if err := chrt.Validate(); err != nil {
+		return "", fmt.Errorf("version %s: %w", version, err)
+	}
+	if image != "" {
+		repository := regexp.MustCompile(`(?m)^(  repository: ).*$`)
+		for _, f := range chrt.Raw {
+			if f.Name == chartutil.ValuesfileName {
+				f.Data = repository.ReplaceAll(f.Data, []byte("${1}"+image))
+			}
+		}
+	}
+	path, err := chartutil.Save(chrt, destination)
+	if err != nil {
+		return "", fmt.Errorf("packaging %s: %w", dir, err)
+	}
+	return path, nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const chartDir = "../../charts/startup-taint-remover"
+
+func init() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// valueFiles are the chart's default values (none) and one file per driver in the README's table.
+func valueFiles(t *testing.T) [][]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("want a values file per driver in %s/ci, got %v (%v)", chartDir, files, err)
+	}
+	out := make([][]string, 0, 1+len(files))
+	out = append(out, nil)
+	for _, f := range files {
+		out = append(out, []string{f})
+	}
+	return out
+}
+
+func TestTheChartLintsAndRendersWithEachDriversValues(t *testing.T) {
+	for _, files := range valueFiles(t) {
+		t.Run(strings.Join(append([]string{"defaults"}, files...), "+"), func(t *testing.T) {
+			if err := Lint(chartDir, files, nil); err != nil {
+				t.Fatal(err)
+			}
+			out, err := Template(chartDir, "str", "kube-system", files, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"kind: DaemonSet", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the rendered chart lacks %q", want)
+				}
+			}
+			for _, placeholder := range []string{"'TAINTS'", "RETAINTAFTER", "CONDITIONTYPE"} {
+				if strings.Contains(out, placeholder) {
+					t.Errorf("a placeholder is left: %s", placeholder)
+				}
+			}
+		})
+	}
+}
+
+// TestBadValuesFailAtInstallTime checks that each bad value fails the install with a message
+// naming the value, before anything is rendered.
+func TestBadValuesFailAtInstallTime(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"no taint", []string{"taints=null"}, "taints"},
+		{"a taint with a value", []string{"taints[0]=example.com/x=1"}, "/taints/0"},
+		{"a taint with an unknown effect", []string{"taints[0]=example.com/x:Never"}, "/taints/0"},
+		{"an unknown key", []string{"replicas=3"}, "replicas"},
+		{"no gate", []string{"csi.socketDir="}, "anyOf"},
+		{"a relative socket directory", []string{"csi.socketDir=plugins/x"}, "/csi/socketDir"},
+		{"a duration that is not one", []string{"retaintAfter=soon"}, "/retaintAfter"},
+		{"a condition kubelet writes", []string{"conditionType=Ready"}, "/conditionType"},
+		{"a condition type that is not a name", []string{"conditionType=agent ready"}, "/conditionType"},
+		{"a condition in a dry run", []string{"dryRun=true", "conditionType=example.com/AgentReady"}, "allOf"},
+		{"a port out of range", []string{"metrics.port=70000"}, "/metrics/port"},
+		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Template(chartDir, "str", "kube-system", nil, tt.set)
+			if err == nil {
+				t.Fatalf("--set %v rendered; want it refused", tt.set)
+			}
+			if !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q: want the schema's refusal naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPackageWritesAVersionedArchivePointingAtTheReleasedImage(t *testing.T) {
+	path, err := Package(chartDir, "v1.2.3", "registry.example.com/str", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(path) != "startup-taint-remover-1.2.3.tgz" {
+		t.Fatalf("package written to %s", path)
+	}
+	out, err := Template(path, "str", "kube-system", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `image: "registry.example.com/str:v1.2.3"`) {
+		t.Fatal("the packaged chart does not run the released image")
+	}
+	if _, err := Package(chartDir, "latest", "", t.TempDir()); err == nil {
+		t.Fatal("packaged with a version that is not semver")
+	}
+}
+
+func TestTheCommandLine(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, exitBadInput},
+		{[]string{"render", chartDir}, exitBadInput},
+		{[]string{"template", chartDir, "-nope"}, exitBadInput},
+		{[]string{"package", chartDir}, exitBadInput},
+		{[]string{"lint", chartDir, "-set", "taints=null"}, exitFailure},
+		{[]string{"lint", chartDir}, 0},
+	} {
+		if got := run(tt.args, io.Discard, io.Discard); got != tt.want {
+			t.Errorf("chart %v: exit %d, want %d", tt.args, got, tt.want)
+		}
+	}
+}

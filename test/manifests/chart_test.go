@@ -1,0 +1,165 @@
+package manifests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// chartDir is the Helm chart, relative to this package.
+const chartDir = "../../charts/startup-taint-remover"
+
+// chartRelease renders a chart as a release, with values files applied in order.
+type chartRelease struct {
+	name, namespace string
+	values          []string
+}
+
+var (
+	chartToolOnce sync.Once
+	chartToolPath string
+	chartToolErr  error
+)
+
+// chartTool is the path of the hack/chart command, which renders charts with the Helm Go SDK (a
+// module of its own, so the SDK stays out of the main go.mod): CHART_TOOL, which make sets, or
+// a build of it.
+func chartTool() string {
+	GinkgoHelper()
+	chartToolOnce.Do(func() {
+		if chartToolPath = os.Getenv("CHART_TOOL"); chartToolPath != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "chart-tool")
+		if err != nil {
+			chartToolErr = err
+			return
+		}
+		chartToolPath = filepath.Join(dir, "chart")
+		out, err := exec.Command("go", "build", "-C", "../../hack/chart", "-o", chartToolPath, ".").CombinedOutput()
+		if err != nil {
+			chartToolErr = fmt.Errorf("building hack/chart: %w: %s", err, out)
+		}
+	})
+	Expect(chartToolErr).NotTo(HaveOccurred())
+	return chartToolPath
+}
+
+// render renders the chart in dir, as `helm install --create-namespace` would install it: the
+// release's Namespace first, then the chart's objects.
+func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	args := make([]string, 0, 6+2*len(r.values))
+	args = append(args, "template", dir, "-name", r.name, "-namespace", r.namespace)
+	for _, f := range r.values {
+		args = append(args, "-f", f)
+	}
+	cmd := exec.Command(chartTool(), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	Expect(err).NotTo(HaveOccurred(), "chart %v: %s", args, stderr.String())
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.namespace}}}
+	objs := []*unstructured.Unstructured{ns}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			Expect(err.Error()).To(Equal("EOF"))
+			break
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+// layoutFree is v as JSON with every run of spaces and line breaks made one space. CEL does not
+// care, and kustomize re-emits a folded expression's more-indented lines with an extra line break.
+func layoutFree(v any) string {
+	GinkgoHelper()
+	data, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	return regexp.MustCompile(`(\\n| )+`).ReplaceAllString(string(data), " ")
+}
+
+// suffixed returns the object of kind whose name ends in suffix.
+func suffixed[T any](objs []*unstructured.Unstructured, kind, suffix string) *T {
+	GinkgoHelper()
+	var found []*unstructured.Unstructured
+	for _, obj := range objs {
+		if obj.GetKind() == kind && strings.HasSuffix(obj.GetName(), suffix) {
+			found = append(found, obj)
+		}
+	}
+	Expect(found).To(HaveLen(1), "one %s named *%s", kind, suffix)
+	return only[T](found, kind)[0]
+}
+
+var _ = Describe("the Helm chart and the kustomize tree", func() {
+	It("render the same RBAC rules, policies and agent container from the same settings", func() {
+		kustomized := render("../../config/default")
+		charted := (&chartRelease{name: "startup-taint-remover", namespace: "startup-taint-remover-system"}).render(chartDir)
+
+		By("RBAC rules")
+		for _, pair := range [][2]string{{"-manager-role", "-manager"}, {"-metrics-auth-role", "-metrics-auth"}, {"-metrics-reader", "-metrics-reader"}} {
+			Expect(suffixed[rbacv1.ClusterRole](charted, "ClusterRole", pair[1]).Rules).
+				To(Equal(suffixed[rbacv1.ClusterRole](kustomized, "ClusterRole", pair[0]).Rules), "ClusterRole %s", pair[0])
+		}
+		Expect(suffixed[rbacv1.Role](charted, "Role", "-manager").Rules).To(Equal(suffixed[rbacv1.Role](kustomized, "Role", "-manager-role").Rules))
+
+		By("admission policies")
+		for _, name := range []string{"-own-node-only", "-own-node-events"} {
+			Expect(layoutFree(suffixed[admissionv1.ValidatingAdmissionPolicy](charted, "ValidatingAdmissionPolicy", name).Spec)).
+				To(Equal(layoutFree(suffixed[admissionv1.ValidatingAdmissionPolicy](kustomized, "ValidatingAdmissionPolicy", name).Spec)), name)
+			Expect(suffixed[admissionv1.ValidatingAdmissionPolicyBinding](charted, "ValidatingAdmissionPolicyBinding", name).Spec.ValidationActions).
+				To(Equal(suffixed[admissionv1.ValidatingAdmissionPolicyBinding](kustomized, "ValidatingAdmissionPolicyBinding", name).Spec.ValidationActions))
+		}
+
+		By("the DaemonSet's pod")
+		chartPod := only[appsv1.DaemonSet](charted, "DaemonSet")[0].Spec.Template.Spec
+		kustomizePod := only[appsv1.DaemonSet](kustomized, "DaemonSet")[0].Spec.Template.Spec
+		Expect(chartPod.SecurityContext).To(Equal(kustomizePod.SecurityContext))
+		Expect(chartPod.Tolerations).To(Equal(kustomizePod.Tolerations))
+		Expect(chartPod.PriorityClassName).To(Equal(kustomizePod.PriorityClassName))
+		Expect(chartPod.Volumes).To(Equal(kustomizePod.Volumes))
+		Expect(chartPod.Containers).To(HaveLen(1))
+		c, k := chartPod.Containers[0], kustomizePod.Containers[0]
+		Expect(c.Name).To(Equal(k.Name))
+		Expect(c.Args).To(Equal(k.Args))
+		Expect(c.Env).To(Equal(k.Env))
+		Expect(c.SecurityContext).To(Equal(k.SecurityContext))
+		Expect(c.Resources).To(Equal(k.Resources))
+		Expect(c.Ports).To(Equal(k.Ports))
+		Expect(c.LivenessProbe).To(Equal(k.LivenessProbe))
+		Expect(c.ReadinessProbe).To(Equal(k.ReadinessProbe))
+		Expect(c.VolumeMounts).To(Equal(k.VolumeMounts))
+
+		By("nothing else of the install")
+		kinds := func(objs []*unstructured.Unstructured) []string {
+			out := make([]string, 0, len(objs))
+			for _, o := range objs {
+				out = append(out, o.GetKind())
+			}
+			slices.Sort(out)
+			return out
+		}
+		Expect(kinds(charted)).To(Equal(kinds(kustomized)))
+	})
+})
