@@ -1,5 +1,10 @@
-# Build the startup-taint-remover binary.
-FROM golang:1.26 AS builder
+# Build the startup-taint-remover binary. `make docker-build` passes VERSION. For a multi-arch
+# image, let buildx set TARGETOS and TARGETARCH per platform (the build cross-compiles, so the
+# builder stage runs on the build host's platform):
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 -t IMG --push .
+# test/release builds what this file copies with its go build line, since the build host of the
+# tests has no container engine; keep that line's flags equal to the Makefile's RELEASE_GOFLAGS.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev

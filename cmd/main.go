@@ -41,7 +41,7 @@ func main() {
 
 func run(args []string) int {
 	opts, err := parseOptions(args, os.Getenv, os.Stdout)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersionShown) {
 		return 0
 	}
 	if err != nil {

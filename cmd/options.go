@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // options is everything the command line and environment decide.
@@ -104,6 +105,9 @@ func (f optionalDuration) Set(v string) error {
 	return nil
 }
 
+// errVersionShown tells the caller that --version printed the version: nothing is left to do.
+var errVersionShown = errors.New("version shown")
+
 // parseOptions parses args (without the program name) and validates the result. It does not touch
 // the network, so a bad command line fails before anything is sent to the API server.
 func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*options, error) {
@@ -162,6 +166,7 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.BoolVar(&o.requireConfinement, "require-confinement", false,
 		"Stop with an error when no admission policy confines this agent to its own Node "+
 			"(a dry-run change of its Node's labels is admitted), instead of warning and running.")
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	o.zap.BindFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
@@ -171,6 +176,10 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 			fs.PrintDefaults()
 		}
 		return nil, err
+	}
+	if *showVersion {
+		_, _ = fmt.Fprintln(usage, "startup-taint-remover", metrics.Version())
+		return nil, errVersionShown
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: all settings are flags", fs.Arg(0))

@@ -141,6 +141,15 @@ func TestParseOptionsHelp(t *testing.T) {
 	}
 }
 
+func TestParseOptionsVersion(t *testing.T) {
+	var out strings.Builder
+	// Before any validation: no node name, no gate.
+	_, err := parseOptions([]string{"--version"}, env(nil), &out)
+	if !errors.Is(err, errVersionShown) || out.String() != "startup-taint-remover dev\n" {
+		t.Fatalf("err = %v, output %q; want the version", err, out.String())
+	}
+}
+
 func TestLoadConfig(t *testing.T) {
 	if _, err := loadConfig(t.TempDir()+"/missing", ""); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Fatalf("missing kubeconfig: err = %v", err)

@@ -35,6 +35,9 @@ const (
 // version is set at build time with -ldflags -X.
 var version = "dev"
 
+// Version is the build's version, as stamped at build time ("dev" when it was not).
+func Version() string { return version }
+
 var (
 	// Present is 1 while the configured taint is on the node.
 	Present = prometheus.NewGaugeVec(prometheus.GaugeOpts{
