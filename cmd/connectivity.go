@@ -3,22 +3,26 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // connectivity reports the loss and the return of the API server once each. Without it every
 // informer retry (up to every 30 s, per informer) logs the same error for as long as an outage lasts.
 type connectivity struct {
-	log       logr.Logger
-	discovery discovery.ServerVersionInterface
+	log logr.Logger
+	// ping asks the API server for something cheap; nil means it answered.
+	ping func(context.Context) error
 
 	mu   sync.Mutex
 	down bool
@@ -44,9 +48,8 @@ func (c *connectivity) watchError(ctx context.Context, r *toolscache.Reflector, 
 // awaitRecovery asks the API server for its version, with capped backoff, until it answers.
 func (c *connectivity) awaitRecovery(ctx context.Context) {
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
-	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
-		_, err := c.discovery.ServerVersion()
-		return err == nil, nil
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		return c.ping(ctx) == nil, nil
 	})
 	if ctx.Err() != nil {
 		return
@@ -55,4 +58,17 @@ func (c *connectivity) awaitRecovery(ctx context.Context) {
 	c.down = false
 	c.mu.Unlock()
 	c.log.Info("the API server answers again")
+}
+
+// versionPing asks the API server for /version, as a discovery client's ServerVersion does, with
+// a plain REST client: a discovery client links the OpenAPI models, which cost every node memory.
+func versionPing(cfg *rest.Config) (func(context.Context) error, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion, c.APIPath = &schema.GroupVersion{}, "/"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	rc, err := rest.UnversionedRESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("creating the REST client: %w", err)
+	}
+	return func(ctx context.Context) error { return rc.Get().AbsPath("/version").Do(ctx).Error() }, nil
 }

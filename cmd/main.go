@@ -13,9 +13,7 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	clientfeatures "k8s.io/client-go/features"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -23,10 +21,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metricsauth"
 )
 
 // Exit statuses: 2 for a bad command line or kubeconfig, 1 for a failure while running.
@@ -111,10 +109,6 @@ func disableWatchList() error {
 }
 
 func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("building the scheme: %w", err)
-	}
 
 	metricsOpts := metricsserver.Options{
 		BindAddress:   opts.metricsAddr,
@@ -124,18 +118,18 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		KeyName:       opts.metricsKey,
 	}
 	if opts.metricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.FilterProvider = metricsauth.Provider
 	}
 	if !opts.enableHTTP2 {
 		// HTTP/2 stream cancellation and rapid reset attacks (CVE-2023-44487, CVE-2023-39325).
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	ping, err := versionPing(cfg)
 	if err != nil {
-		return fmt.Errorf("creating the discovery client: %w", err)
+		return err
 	}
-	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), discovery: disco}
+	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: ping}
 	shutdown := 2 * time.Second
 	mgrOpts := controllers.ManagerOptions(opts.nodeName)
 	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
@@ -143,7 +137,9 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if opts.readyContainer != "" {
 		controllers.PodCacheOptions(&mgrOpts.Cache, pod)
 	}
-	mgrOpts.Scheme = scheme
+	// client-go's own scheme, built at its package's init and used by its typed clients anyway:
+	// a scheme of our own would hold a second copy of every type's registration.
+	mgrOpts.Scheme = clientgoscheme.Scheme
 	mgrOpts.Metrics = metricsOpts
 	mgrOpts.HealthProbeBindAddress = opts.probeAddr
 	mgrOpts.PprofBindAddress = opts.pprofAddr
