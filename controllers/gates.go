@@ -8,11 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Gate is a local readiness check of the node agent, probed periodically. Probe returns nil when
@@ -36,13 +31,13 @@ var errNotReady = errors.New("driver reports not ready")
 var errNotProbed = errors.New("not probed yet")
 
 // CSIGate probes a CSI driver over its Unix socket with Identity/Probe and learns the driver's
-// name from GetPluginInfo. It holds one gRPC connection for its whole life; gRPC redials the
-// socket path by itself, so a driver that restarts with a new socket file is found again.
+// name from GetPluginInfo. It keeps one HTTP/2 connection to the socket and dials the path again
+// when that connection fails, so a driver that restarts with a new socket file is found again at
+// the next probe.
 type CSIGate struct {
 	address  string
 	timeout  time.Duration
-	conn     *grpc.ClientConn
-	identity csi.IdentityClient
+	identity *identityClient
 
 	mu         sync.Mutex
 	driverName string
@@ -53,19 +48,10 @@ type CSIGate struct {
 // gives up after timeout, so a hung driver reads as not ready instead of blocking the prober. No
 // connection is made until the first probe: a socket that does not exist yet is not an error.
 func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
-	conn, err := grpc.NewClient("unix://"+path,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// Redial quickly: the socket appears when the driver starts, and waiting out gRPC's
-		// default two-minute backoff would hold the taint for no reason.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: timeout,
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("CSI client for %s: %w", path, err)
+	if path == "" {
+		return nil, errors.New("CSI client: empty socket path")
 	}
-	return &CSIGate{address: path, timeout: timeout, conn: conn, identity: csi.NewIdentityClient(conn)}, nil
+	return &CSIGate{address: path, timeout: timeout, identity: newIdentityClient(path)}, nil
 }
 
 // Name implements Gate.
@@ -91,22 +77,22 @@ func (g *CSIGate) probe(ctx context.Context) error {
 	known := g.answered && g.driverName != ""
 	g.mu.Unlock()
 	if !known {
-		info, err := g.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+		name, err := g.identity.getPluginInfo(ctx)
 		if err != nil {
 			return fmt.Errorf("CSI GetPluginInfo on %s: %w", g.address, err)
 		}
-		if info.GetName() == "" {
+		if name == "" {
 			return fmt.Errorf("CSI GetPluginInfo on %s: driver returned an empty name", g.address)
 		}
 		g.mu.Lock()
-		g.driverName = info.GetName()
+		g.driverName = name
 		g.mu.Unlock()
 	}
-	resp, err := g.identity.Probe(ctx, &csi.ProbeRequest{})
+	ready, err := g.identity.probe(ctx)
 	if err != nil {
 		return fmt.Errorf("CSI Probe on %s: %w", g.address, err)
 	}
-	if r := resp.GetReady(); r != nil && !r.GetValue() {
+	if ready != nil && !*ready {
 		return fmt.Errorf("CSI Probe on %s: %w", g.address, errNotReady)
 	}
 	return nil
@@ -119,9 +105,10 @@ func (g *CSIGate) DriverName() string {
 	return g.driverName
 }
 
-// Close releases the gRPC connection.
+// Close releases the connection to the driver.
 func (g *CSIGate) Close() error {
-	return g.conn.Close()
+	g.identity.close()
+	return nil
 }
 
 // HTTPGate probes a local health endpoint with GET; any 2xx answer means ready. It serves agents

@@ -7,8 +7,6 @@ import (
 	"net"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Reason classes: a small fixed set that labels probe errors in metrics and tells a changed
@@ -87,13 +85,14 @@ func reasonClass(err error) string {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return reasonTimeout
 	}
-	if s, ok := status.FromError(err); ok {
-		switch s.Code() {
-		case codes.DeadlineExceeded, codes.Canceled:
+	var rpcErr *rpcError
+	if errors.As(err, &rpcErr) {
+		switch rpcErr.code {
+		case rpcDeadlineExceeded, rpcCanceled:
 			return reasonTimeout
-		case codes.Unavailable:
+		case rpcUnavailable:
 			return reasonUnavailable
-		case codes.Unimplemented:
+		case rpcUnimplemented:
 			return reasonUnimplemented
 		}
 		return reasonError

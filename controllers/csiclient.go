@@ -1,0 +1,210 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// identityClient makes the two CSI Identity calls the gate needs, GetPluginInfo and Probe, as
+// unary gRPC calls (HTTP/2 with length-prefixed protobuf messages) over the driver's Unix socket.
+// The gRPC library would link some forty packages into a binary that runs on every node, for
+// two calls whose requests are empty and whose answers the gate reads one field of.
+type identityClient struct {
+	transport *http2.Transport
+	client    *http.Client
+}
+
+// rpcCode is a gRPC status code; only the ones the gate tells apart are named.
+type rpcCode int
+
+const (
+	rpcCanceled         rpcCode = 1
+	rpcUnknown          rpcCode = 2
+	rpcDeadlineExceeded rpcCode = 4
+	rpcUnimplemented    rpcCode = 12
+	rpcInternal         rpcCode = 13
+	rpcUnavailable      rpcCode = 14
+)
+
+// rpcError is a call that the driver, or the HTTP/2 layer in front of it, answered with a
+// non-OK gRPC status.
+type rpcError struct {
+	code    rpcCode
+	message string
+}
+
+func (e *rpcError) Error() string {
+	return fmt.Sprintf("rpc error: code = %d desc = %s", e.code, e.message)
+}
+
+// maxMessage bounds an answer; a CSI Identity answer is a few hundred bytes.
+const maxMessage = 1 << 20
+
+func newIdentityClient(path string) *identityClient {
+	t := &http2.Transport{
+		// h2c: gRPC on a Unix socket speaks HTTP/2 without TLS.
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		// A driver that restarted on a new socket leaves a dead connection behind: health pings
+		// find it, and the next call dials the path again.
+		ReadIdleTimeout: 10 * time.Second,
+		PingTimeout:     2 * time.Second,
+	}
+	return &identityClient{transport: t, client: &http.Client{Transport: t}}
+}
+
+// getPluginInfo returns the driver's name (GetPluginInfoResponse field 1).
+func (c *identityClient) getPluginInfo(ctx context.Context) (string, error) {
+	msg, err := c.call(ctx, "/csi.v1.Identity/GetPluginInfo")
+	if err != nil {
+		return "", err
+	}
+	return pluginName(msg)
+}
+
+func pluginName(msg []byte) (string, error) {
+	var name string
+	err := protoFields(msg, func(num protowire.Number, typ protowire.Type, value []byte) {
+		if num == 1 && typ == protowire.BytesType {
+			name = string(value)
+		}
+	})
+	return name, err
+}
+
+// probe returns the driver's readiness (ProbeResponse field 1, a google.protobuf.BoolValue):
+// nil when the driver left it unset, which the CSI spec reads as ready.
+func (c *identityClient) probe(ctx context.Context) (*bool, error) {
+	msg, err := c.call(ctx, "/csi.v1.Identity/Probe")
+	if err != nil {
+		return nil, err
+	}
+	return readiness(msg)
+}
+
+func readiness(msg []byte) (*bool, error) {
+	var ready *bool
+	var inner error
+	err := protoFields(msg, func(num protowire.Number, typ protowire.Type, boolValue []byte) {
+		if num != 1 || typ != protowire.BytesType {
+			return
+		}
+		value := false // an empty BoolValue is false
+		ready = &value
+		inner = protoFields(boolValue, func(num protowire.Number, typ protowire.Type, v []byte) {
+			if num == 1 && typ == protowire.VarintType {
+				n, _ := protowire.ConsumeVarint(v)
+				value = n != 0
+			}
+		})
+	})
+	if err = errors.Join(err, inner); err != nil {
+		return nil, err
+	}
+	return ready, nil
+}
+
+// call sends an empty request message to method and returns the answer's message.
+func (c *identityClient) call(ctx context.Context, method string) ([]byte, error) {
+	// One uncompressed message of length zero.
+	body := []byte{0, 0, 0, 0, 0}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://csi"+method, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	if deadline, ok := ctx.Deadline(); ok {
+		// The driver stops working on the call when the gate stops waiting.
+		req.Header.Set("Grpc-Timeout", strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)+"m")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &rpcError{code: httpStatusCode(resp.StatusCode), message: "HTTP status " + resp.Status}
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage+5))
+	if err != nil {
+		return nil, err
+	}
+	// The status is in the trailers, or in the headers of an answer without a body.
+	status, message := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+	if status == "" {
+		status, message = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	code, err := strconv.Atoi(status)
+	if err != nil {
+		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("no gRPC status in the answer to %s", method)}
+	}
+	if code != 0 {
+		text, _ := url.PathUnescape(message)
+		return nil, &rpcError{code: rpcCode(code), message: text}
+	}
+	if len(data) < 5 || data[0] != 0 {
+		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("the answer to %s is not one uncompressed message", method)}
+	}
+	n := binary.BigEndian.Uint32(data[1:5])
+	if n > maxMessage || int(n) != len(data)-5 {
+		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("the answer to %s has a malformed length", method)}
+	}
+	return data[5:], nil
+}
+
+// httpStatusCode maps an HTTP status to the gRPC code gRPC clients give it.
+func httpStatusCode(status int) rpcCode {
+	switch status {
+	case http.StatusBadRequest:
+		return rpcInternal
+	case http.StatusNotFound:
+		return rpcUnimplemented
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return rpcUnavailable
+	}
+	return rpcUnknown
+}
+
+// protoFields calls f with each field of a protobuf message, in order.
+func protoFields(msg []byte, f func(num protowire.Number, typ protowire.Type, value []byte)) error {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return errors.New("malformed protobuf message")
+		}
+		msg = msg[n:]
+		m := protowire.ConsumeFieldValue(num, typ, msg)
+		if m < 0 {
+			return errors.New("malformed protobuf message")
+		}
+		value := msg[:m]
+		if typ == protowire.BytesType {
+			value, _ = protowire.ConsumeBytes(value)
+		}
+		f(num, typ, value)
+		msg = msg[m:]
+	}
+	return nil
+}
+
+// close drops the connection to the driver.
+func (c *identityClient) close() {
+	c.transport.CloseIdleConnections()
+}
