@@ -69,7 +69,8 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 .PHONY: bench
 bench: envtest build ## Benchmark reaction time, memory and API cost, a fleet start and the start with a real kubelet; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
-	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --out=docs/bench
+	go build -o bin/bench-floor ./test/bench/floor
+	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench
 
 .PHONY: demo
 demo: envtest build ## Run the binary against a local control plane, a hollow kubelet and a demo CSI driver.

@@ -4,8 +4,10 @@
 //  1. reaction time: driver ready, CSINode registration and a re-added taint, each to the taint's
 //     removal, with the real reconciler, cache and patch path;
 //  2. memory and API requests of the real binary as a separate process, against clusters of
-//     100, 1,000 and 5,000 realistic Nodes, side by side with a baseline agent that caches every
-//     Node (the cluster-wide design), at start and over an idle period;
+//     100, 1,000 and 5,000 realistic Nodes, with its secure metrics endpoint on, side by side with
+//     a baseline agent that caches every Node (the cluster-wide design) and with the floor (the
+//     smallest controller-runtime agent: one cached Node, nothing else), at start and over an
+//     idle period;
 //  3. a fleet start: 1,000 agents, each with its own client and own-node cache, untainting 1,000
 //     Nodes at once;
 //  4. the start sequence with the real kubelet (kubemark's hollow node): the driver and its
@@ -23,21 +25,26 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 type benchConfig struct {
-	binary, baseline, out string
-	scenarios             map[string]bool
-	trials, repeats       int
-	sizes                 []int
-	idle                  time.Duration
-	fleet                 int
+	binary, baseline, floor, out string
+	scenarios                    map[string]bool
+	trials, repeats              int
+	sizes                        []int
+	idle                         time.Duration
+	fleet                        int
 }
 
 // env is the control plane every measurement shares.
@@ -48,6 +55,8 @@ type env struct {
 	cs      kubernetes.Interface
 	audit   *auditLog
 	work    string
+	// scrapeToken is a service account token that may get /metrics, for the agent's secure endpoint.
+	scrapeToken string
 }
 
 func main() {
@@ -55,6 +64,7 @@ func main() {
 	var sizes string
 	flag.StringVar(&c.binary, "binary", "bin/startup-taint-remover", "the startup-taint-remover binary")
 	flag.StringVar(&c.baseline, "baseline", "bin/bench-baseline", "the cluster-wide baseline agent")
+	flag.StringVar(&c.floor, "floor", "bin/bench-floor", "the smallest controller-runtime agent, the memory floor")
 	flag.StringVar(&c.out, "out", "docs/bench", "where to write results.md and memory.png")
 	flag.IntVar(&c.trials, "trials", 200, "trials per reaction-time scenario")
 	flag.IntVar(&c.repeats, "repeats", 3, "process starts per memory measurement; the median is reported")
@@ -179,7 +189,39 @@ func startEnv() (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &env{testEnv: te, cfg: cfg, c: c, cs: cs, audit: audit, work: work}, nil
+	token, err := scraperToken(cs)
+	if err != nil {
+		return nil, err
+	}
+	return &env{testEnv: te, cfg: cfg, c: c, cs: cs, audit: audit, work: work, scrapeToken: token}, nil
+}
+
+// scraperToken makes a service account that may get /metrics, as Prometheus's is with the
+// metrics-reader role, and returns a token of it.
+func scraperToken(cs kubernetes.Interface) (string, error) {
+	ctx := context.Background()
+	const name = "bench-scraper"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault}}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: metav1.NamespaceDefault}}}
+	if _, err := cs.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating the scraper's service account: %w", err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating the scraper's role: %w", err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("binding the scraper's role: %w", err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting the scraper's token: %w", err)
+	}
+	return tr.Status.Token, nil
 }
 
 func (e *env) stop() {

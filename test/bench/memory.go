@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,14 +46,17 @@ type idleResult struct {
 	period           time.Duration
 	requests         map[string]int
 	rssStart, rssEnd float64
+	// anonStart and anonEnd are RssAnon at the start and at the end of the idle period.
+	anonStart, anonEnd float64
 }
 
 const agentNode = "bench-agent"
 
-// The two designs compared.
+// The designs compared.
 const (
 	designOurs     = "startup-taint-remover"
 	designBaseline = "baseline (caches all Nodes)"
+	designFloor    = "floor (controller-runtime, one Node)"
 )
 
 // realisticNode looks like a Node a kubelet registers: labels, taints, capacity, conditions,
@@ -142,6 +146,8 @@ type agentProc struct {
 	cmd         *exec.Cmd
 	user        string
 	metricsAddr string
+	// token, when set, is the bearer token for a secure metrics endpoint (HTTPS, self-signed).
+	token string
 }
 
 func startAgent(e *env, binary, design, user, socket string) (*agentProc, error) {
@@ -153,9 +159,15 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + agentNode, "--csi-address=" + socket, "--metrics-bind-address=" + addr}
-	if design == designOurs {
-		args = append(args, "--metrics-secure=false", "--health-probe-bind-address=0")
+	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
+	token := ""
+	switch design {
+	case designOurs:
+		// As it ships: the secure metrics endpoint on.
+		args = append(args, "--csi-address="+socket, "--health-probe-bind-address=0")
+		token = e.scrapeToken
+	case designBaseline:
+		args = append(args, "--csi-address="+socket)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
@@ -163,7 +175,7 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &agentProc{cmd: cmd, user: user, metricsAddr: addr}, nil
+	return &agentProc{cmd: cmd, user: user, metricsAddr: addr, token: token}, nil
 }
 
 func (a *agentProc) stop() {
@@ -180,10 +192,28 @@ func (a *agentProc) stop() {
 
 // metric reads one unlabelled sample, or the sum over a metric's labelled samples, from the
 // agent's metrics endpoint.
+// secureScraper reads a secure metrics endpoint, whose certificate is self-signed.
+var secureScraper = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed
+
 func (a *agentProc) metric(name string) (float64, error) {
-	resp, err := http.Get("http://" + a.metricsAddr + "/metrics")
+	url, scraper := "http://"+a.metricsAddr+"/metrics", http.DefaultClient
+	if a.token != "" {
+		url, scraper = "https://"+a.metricsAddr+"/metrics", secureScraper
+	}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := scraper.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	sum, found := 0.0, false
@@ -294,7 +324,7 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 	}
 	defer driver.Stop()
 
-	designs := []struct{ name, binary string }{{designOurs, c.binary}, {designBaseline, c.baseline}}
+	designs := []struct{ name, binary string }{{designOurs, c.binary}, {designBaseline, c.baseline}, {designFloor, c.floor}}
 	var results []memResult
 	have, run := 0, 0
 	for _, n := range c.sizes {
@@ -326,7 +356,7 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 		}
 	}
 
-	// Both designs idle side by side at the largest size: any request they make now is periodic.
+	// The designs idle side by side at the largest size: any request they make now is periodic.
 	logf("  idle for %s", c.idle)
 	var idle []idleResult
 	var agents []*agentProc
@@ -342,7 +372,8 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 			return nil, nil, err
 		}
 		agents = append(agents, a)
-		idle = append(idle, idleResult{design: d.name, nodes: have, period: c.idle, requests: s.requests, rssStart: s.vmRSS})
+		idle = append(idle, idleResult{design: d.name, nodes: have, period: c.idle, requests: s.requests,
+			rssStart: s.vmRSS, anonStart: s.rssAnon})
 	}
 	select {
 	case <-ctx.Done():
@@ -361,7 +392,9 @@ func measureMemory(ctx context.Context, e *env, c benchConfig) ([]memResult, []i
 			}
 		}
 		idle[i].requests = delta
-		idle[i].rssEnd, _, _ = procStatus(a.cmd.Process.Pid)
+		if idle[i].rssEnd, idle[i].anonEnd, err = procStatus(a.cmd.Process.Pid); err != nil {
+			return nil, nil, err
+		}
 	}
 	return results, idle, nil
 }

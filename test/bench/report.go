@@ -107,11 +107,20 @@ func (r *report) markdown() string {
 		p("| RssAnon < 16 MiB | at most %.1f MiB | %s |", maxAnon/mib, verdict(maxAnon < 16*mib))
 		p("| baseline / ours at %d Nodes | VmRSS %.1fx, RssAnon %.1fx, heap %.1fx | |", large.nodes,
 			base.vmRSS/large.vmRSS, base.rssAnon/large.rssAnon, base.heap/large.heap)
+		if floor, ok := r.find(designFloor, slices.Max(r.config.sizes)); ok {
+			p("| ours / floor at %d Nodes | VmRSS %.2fx (%+.1f MiB), RssAnon %.2fx (%+.1f MiB) | |", large.nodes,
+				large.vmRSS/floor.vmRSS, (large.vmRSS-floor.vmRSS)/mib, large.rssAnon/floor.rssAnon, (large.rssAnon-floor.rssAnon)/mib)
+		}
 	}
 	for _, i := range r.idle {
 		periodic := total(i.requests)
-		p("| %s idle %s at %d Nodes: zero periodic requests | %d (%s); VmRSS %.1f → %.1f MiB | %s |", i.design, i.period,
-			i.nodes, periodic, verbs(i.requests), i.rssStart/mib, i.rssEnd/mib, verdict(periodic == 0))
+		p("| %s idle %s at %d Nodes: zero periodic requests | %d (%s); VmRSS %.1f → %.1f MiB, RssAnon %.1f → %.1f MiB | %s |",
+			i.design, i.period, i.nodes, periodic, verbs(i.requests), i.rssStart/mib, i.rssEnd/mib, i.anonStart/mib, i.anonEnd/mib,
+			verdict(periodic == 0))
+		if i.design == designOurs {
+			p("| idle, secure metrics on: VmRSS ≤ 36 MiB and RssAnon ≤ 8 MiB | %.1f and %.1f MiB | %s |",
+				i.rssEnd/mib, i.anonEnd/mib, verdict(i.rssEnd <= 36*mib && i.anonEnd <= 8*mib))
+		}
 	}
 	p("")
 	f := r.fleet
@@ -130,7 +139,7 @@ func (r *report) markdown() string {
 	return b.String()
 }
 
-// writeChart draws VmRSS and RssAnon of both designs against cluster size as grouped bars.
+// writeChart draws VmRSS and RssAnon of each design against cluster size as grouped bars.
 func writeChart(path string, r *report) error {
 	const w, h, left, bottom, top = 900, 480, 70, 60, 50
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
@@ -158,21 +167,23 @@ func writeChart(path string, r *report) error {
 	colors := map[string][2]color.RGBA{
 		designOurs:     {{120, 170, 230, 255}, {30, 90, 170, 255}},
 		designBaseline: {{240, 170, 120, 255}, {190, 90, 30, 255}},
+		designFloor:    {{190, 190, 190, 255}, {110, 110, 110, 255}},
 	}
+	designs := []string{designOurs, designBaseline, designFloor}
 	groupW := (w - left - 40) / len(r.config.sizes)
 	for gi, n := range r.config.sizes {
 		x0 := left + 20 + gi*groupW
 		text(x0+groupW/4, h-bottom+20, fmt.Sprintf("%d Nodes", n))
 		bi := 0
-		for _, design := range []string{designOurs, designBaseline} {
+		for _, design := range designs {
 			m, ok := r.find(design, n)
 			if !ok {
 				continue
 			}
-			bx := x0 + bi*(groupW/3)
+			bx := x0 + bi*(groupW/4)
 			for k, v := range []float64{m.vmRSS, m.rssAnon} {
 				top := h - bottom - int(v*scale)
-				bar := image.Rect(bx+k*(groupW/6), top, bx+(k+1)*(groupW/6)-4, h-bottom)
+				bar := image.Rect(bx+k*(groupW/8), top, bx+(k+1)*(groupW/8)-3, h-bottom)
 				draw.Draw(img, bar, image.NewUniform(colors[design][k]), image.Point{}, draw.Src)
 				text(bar.Min.X, top-4, fmt.Sprintf("%.0f", v/mib))
 			}
@@ -180,8 +191,8 @@ func writeChart(path string, r *report) error {
 		}
 	}
 	legendY := h - 15
-	for i, design := range []string{designOurs, designBaseline} {
-		x := left + i*300
+	for i, design := range designs {
+		x := left + i*270
 		draw.Draw(img, image.Rect(x, legendY-10, x+12, legendY), image.NewUniform(colors[design][1]), image.Point{}, draw.Src)
 		text(x+18, legendY, design)
 	}
