@@ -32,6 +32,34 @@ func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
 	return k
 }
 
+// deleteNodeAfterSpec deletes the Node name and its CSINode, which a kubelet leaves behind, when
+// the spec ends.
+func deleteNodeAfterSpec(name string) {
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+	})
+}
+
+// startRegisteredDriver serves a ready test driver and registers it with kubelet, until the spec ends.
+func startRegisteredDriver(kubelet *hollowkubelet.Kubelet) (*fakecsi.Driver, *fakecsi.Registrar) {
+	GinkgoHelper()
+	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(driver.Stop)
+	return driver, register(kubelet, driver)
+}
+
+// register registers driver with kubelet, as node-driver-registrar does, until it is
+// unregistered or the spec ends.
+func register(kubelet *hollowkubelet.Kubelet, driver *fakecsi.Driver) *fakecsi.Registrar {
+	GinkgoHelper()
+	reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(reg.Unregister)
+	return reg
+}
+
 // csiNodeDrivers returns the drivers kubelet has written into the node's CSINode, with their
 // allocatable count (-1 when there is none), by name.
 func csiNodeDrivers(ctx context.Context, node string) func(Gomega) map[string]int32 {
@@ -57,10 +85,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		func(ctx SpecContext) {
 			const name = "e2e-kubelet"
 			drivers := csiNodeDrivers(ctx, name)
-			DeferCleanup(func(ctx SpecContext) {
-				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-			})
+			deleteNodeAfterSpec(name)
 			kubelet := startKubelet(ctx, name)
 			Expect(hasTaint(ctx, k8sClient, name, startupTaint.Key)(Default)).To(BeTrue(), "kubelet registered its Node with the startup taint")
 			Eventually(func() error {
@@ -77,9 +102,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 				"the driver is ready, but kubelet has not registered it")
 
 			By("registering the driver with kubelet, as node-driver-registrar does")
-			reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(reg.Unregister)
+			reg := register(kubelet, driver)
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 			Expect(reg.Statuses()).To(ContainElement(BeNil()), "kubelet reported the registration as done")
@@ -110,9 +133,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			reg.Unregister()
 			Eventually(func(g Gomega) map[string]int32 { countWrites(g); return drivers(g) }, time.Minute).Should(BeEmpty())
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(), "the agent never re-taints")
-			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(reg.Unregister)
+			reg = register(kubelet, driver)
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			// Polled, so two writes between polls count once: at least one is certain.
 			Eventually(func(g Gomega) int { countWrites(g); return nodeWrites }).Should(BeNumerically(">=", 1),
@@ -136,9 +157,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			reg.Unregister()
 			kubelet.Stop()
 			kubelet = startKubelet(ctx, name)
-			reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(reg.Unregister)
+			reg = register(kubelet, driver)
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(),
 				"kubelet registers its taints only when it creates the Node")
@@ -147,18 +166,10 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 
 	It("waits for the attach limit kubelet publishes, with the driver registered before the agent starts", func(ctx SpecContext) {
 		const name = "e2e-kubelet-allocatable"
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-		})
+		deleteNodeAfterSpec(name)
 		drivers := csiNodeDrivers(ctx, name)
 		kubelet := startKubelet(ctx, name)
-		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(driver.Stop)
-		reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { reg.Unregister() })
+		driver, reg := startRegisteredDriver(kubelet)
 		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(-1)), "registered, no attach limit")
 
 		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--require-allocatable",
@@ -169,8 +180,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		reg.Unregister()
 		Eventually(drivers, time.Minute).Should(BeEmpty())
 		driver.SetMaxVolumes(25)
-		reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-		Expect(err).NotTo(HaveOccurred())
+		reg = register(kubelet, driver)
 		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(25)))
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 	})
@@ -179,18 +189,10 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		"and its Node condition survives kubelet's status writes", func(ctx SpecContext) {
 		const name = "e2e-kubelet-continuous"
 		const conditionType = driverName + "/AgentReady"
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-		})
+		deleteNodeAfterSpec(name)
 		drivers := csiNodeDrivers(ctx, name)
 		kubelet := startKubelet(ctx, name)
-		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(driver.Stop)
-		reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { reg.Unregister() })
+		driver, reg := startRegisteredDriver(kubelet)
 		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
 			"--retaint-after=2s", "--condition-type="+conditionType,
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
@@ -237,8 +239,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		Expect(node(Default).Status.Conditions).To(ours(corev1.ConditionFalse, "CSINodeNotReady"))
 
 		By("kubelet registering the driver again: the taint comes off after the hold time")
-		reg, err = fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
-		Expect(err).NotTo(HaveOccurred())
+		reg = register(kubelet, driver)
 		Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 		registered := time.Now()
 		Eventually(func(g Gomega) {

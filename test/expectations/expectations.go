@@ -26,8 +26,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// PatientRetry outlasts the conflicts of racing writers in tests.
-var PatientRetry = wait.Backoff{Steps: 100, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
+// PatientRetry outlasts the conflicts of racing writers in tests, for minutes if it must: on a
+// machine busy with other test packages, a hundred retries (about 15 s) ran out once.
+var PatientRetry = wait.Backoff{Steps: 1000, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
 
 // PatchNode changes the Node name, read through reader, with one merge patch sent through
 // writer and locked to the resourceVersion it read, as the controller writes: a concurrent
