@@ -3,7 +3,6 @@ package controllers
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,16 +13,16 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // identityClient makes the two CSI Identity calls the gate needs, GetPluginInfo and Probe, as
-// unary gRPC calls (HTTP/2 with length-prefixed protobuf messages) over the driver's Unix socket.
+// unary gRPC calls (HTTP/2 with length-prefixed protobuf messages) over the driver's Unix socket,
+// with net/http's own HTTP/2 client.
 // The gRPC library would link some forty packages into a binary that runs on every node, for
 // two calls whose requests are empty and whose answers the gate reads one field of.
 type identityClient struct {
-	transport *http2.Transport
+	transport *http.Transport
 	client    *http.Client
 }
 
@@ -54,17 +53,18 @@ func (e *rpcError) Error() string {
 const maxMessage = 1 << 20
 
 func newIdentityClient(path string) *identityClient {
-	t := &http2.Transport{
-		// h2c: gRPC on a Unix socket speaks HTTP/2 without TLS.
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+	// gRPC on a Unix socket speaks HTTP/2 without TLS, from the first byte.
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	t := &http.Transport{
+		Protocols: &protocols,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
 		// A driver that restarted on a new socket leaves a dead connection behind: health pings
 		// find it, and the next call dials the path again.
-		ReadIdleTimeout: 10 * time.Second,
-		PingTimeout:     2 * time.Second,
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 10 * time.Second, PingTimeout: 2 * time.Second},
 	}
 	return &identityClient{transport: t, client: &http.Client{Transport: t}}
 }

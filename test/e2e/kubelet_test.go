@@ -157,7 +157,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			reg.Unregister()
 			kubelet.Stop()
 			kubelet = startKubelet(ctx, name)
-			reg = register(kubelet, driver)
+			register(kubelet, driver)
 			Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeFalse(),
 				"kubelet registers its taints only when it creates the Node")
@@ -180,7 +180,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		reg.Unregister()
 		Eventually(drivers, time.Minute).Should(BeEmpty())
 		driver.SetMaxVolumes(25)
-		reg = register(kubelet, driver)
+		register(kubelet, driver)
 		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(25)))
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 	})
@@ -239,7 +239,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		Expect(node(Default).Status.Conditions).To(ours(corev1.ConditionFalse, "CSINodeNotReady"))
 
 		By("kubelet registering the driver again: the taint comes off after the hold time")
-		reg = register(kubelet, driver)
+		register(kubelet, driver)
 		Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 		registered := time.Now()
 		Eventually(func(g Gomega) {
