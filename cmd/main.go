@@ -160,6 +160,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		ConditionType:      opts.conditionType,
 		DryRun:             opts.dryRun,
 		ReadyContainer:     opts.readyContainer,
+		RequireResources:   opts.requireResources,
 		Pod:                pod,
 	}
 	if !opts.dryRun {

@@ -35,6 +35,7 @@ type options struct {
 	conditionType      string
 	dryRun             bool
 	readyContainer     string
+	requireResources   []controllers.ResourceRequirement
 	podName            string
 	podNamespace       string
 
@@ -78,6 +79,31 @@ func (f taintFlag) Set(v string) error {
 		}
 		*f.specs = append(*f.specs, s)
 	}
+	return nil
+}
+
+// resourceFlag collects repeated --require-resource values, parsing each as it arrives.
+type resourceFlag struct {
+	reqs *[]controllers.ResourceRequirement
+}
+
+func (f resourceFlag) String() string {
+	if f.reqs == nil {
+		return ""
+	}
+	parts := make([]string, len(*f.reqs))
+	for i, q := range *f.reqs {
+		parts[i] = q.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f resourceFlag) Set(v string) error {
+	q, err := controllers.ParseResourceRequirement(v)
+	if err != nil {
+		return err
+	}
+	*f.reqs = append(*f.reqs, q)
 	return nil
 }
 
@@ -135,6 +161,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.StringVar(&o.readyContainer, "ready-container", "",
 		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
 			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
+	fs.Var(resourceFlag{&o.requireResources}, "require-resource",
+		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
+			"as a device plugin advertises it through kubelet; repeatable.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
@@ -227,8 +256,8 @@ func (o *options) validate(explicit map[string]bool) error {
 // validateGates checks the readiness gates and the taints they guard.
 func (o *options) validateGates(explicit map[string]bool) error {
 	switch {
-	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "":
-		return errors.New("no readiness gate: set --csi-address, --ready-url or --ready-container")
+	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0:
+		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-container or --require-resource")
 	case o.readyContainer != "" && len(validation.IsDNS1123Label(o.readyContainer)) > 0:
 		return fmt.Errorf("--ready-container: %q is not a container name", o.readyContainer)
 	case o.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):

@@ -33,7 +33,7 @@ func TestParseOptionsValues(t *testing.T) {
 	o, err := parseOptions([]string{
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
-		"--retaint-after=30s", "--condition-type=example.com/AgentReady",
+		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,8 @@ func TestParseOptionsValues(t *testing.T) {
 	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
 		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute ||
-		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" {
+		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
+		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -89,6 +90,10 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"condition type with two slashes", []string{csi, "--condition-type=a/b/c"}, node, "--condition-type"},
 		{"condition type kubelet writes", []string{csi, "--condition-type=Ready"}, node, "--condition-type: \"Ready\" is a condition kubelet writes"},
 		{"condition with a dry run", []string{csi, "--dry-run", "--condition-type=example.com/AgentReady"}, node, "--condition-type: cannot be written"},
+		{"resource name not a name", []string{"--taint=a/b", "--require-resource=nvidia com/gpu"}, node, "-require-resource"},
+		{"resource minimum not a quantity", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=many"}, node, "-require-resource"},
+		{"resource minimum zero", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=0"}, node, "must be positive"},
+		{"resource minimum negative", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=-1"}, node, "must be positive"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
 		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},

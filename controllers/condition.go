@@ -20,7 +20,8 @@ import (
 // readable by controllers that act on Node conditions.
 
 // ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
-// the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady.
+// the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady,
+// ResourceNotReady.
 const ConditionReasonGatesPass = "GatesPass"
 
 // kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.

@@ -103,6 +103,9 @@ type NodeReconciler struct {
 	ReadyContainer string
 	// Pod is the agent's own Pod, for ReadyContainer.
 	Pod types.NamespacedName
+	// RequireResources is a gate that passes while the Node's status.allocatable has at least the
+	// given amount of each resource, as a device plugin advertises it through kubelet.
+	RequireResources []ResourceRequirement
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
@@ -133,6 +136,7 @@ type NodeReconciler struct {
 	prober    *prober
 	csiNode   *csiNodeGate
 	container *containerGate
+	resources *resourceGate
 	state     nodeState
 }
 
@@ -203,7 +207,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("startup-taint").
-		For(&corev1.Node{}, builder.WithPredicates(thisNode, taintsChanged())).
+		For(&corev1.Node{}, builder.WithPredicates(thisNode, r.nodeChanged())).
 		WatchesRawSource(source.Channel(r.prober.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryInterval),
@@ -251,14 +255,17 @@ func (r *NodeReconciler) build() {
 	if r.ReadyContainer != "" {
 		r.container = &containerGate{reader: r.Client, pod: r.Pod, container: r.ReadyContainer}
 	}
+	if len(r.RequireResources) > 0 {
+		r.resources = &resourceGate{required: r.RequireResources}
+	}
 }
 
 func (r *NodeReconciler) validate() error {
 	switch {
 	case r.NodeName == "":
 		return errors.New("NodeReconciler: NodeName is required")
-	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "":
-		return errors.New("NodeReconciler: at least one readiness gate is required (CSI, Gates or ReadyContainer)")
+	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "" && len(r.RequireResources) == 0:
+		return errors.New("NodeReconciler: at least one readiness gate is required (CSI, Gates, ReadyContainer or RequireResources)")
 	case r.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
 		return errors.New("NodeReconciler: ReadyContainer needs Pod, the agent's own Pod")
 	case r.CSI == nil && len(r.Taints) == 0:
@@ -282,14 +289,16 @@ func (r *NodeReconciler) validate() error {
 	return nil
 }
 
-// taintsChanged lets through node creations and updates that change the taints. Kubelet's
-// status updates and resyncs cannot change the outcome, so they cause no reconcile.
-func taintsChanged() predicate.Predicate {
+// nodeChanged lets through node creations, and updates that change the taints or, with
+// RequireResources, the allocatable amount of a required resource. Kubelet's other status
+// updates and resyncs cannot change the outcome, so they cause no reconcile.
+func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
-			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
+			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
+				r.resources != nil && r.resources.allocatableChanged(oldNode, newNode)
 		},
 	}
 }
@@ -341,7 +350,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	obs := r.state.observe(node, specs, r.retaintKey(), now)
 	r.reportObservation(ctx, specs, obs)
 
-	notReady, readySince := r.checkGates(ctx, now)
+	notReady, readySince := r.checkGates(ctx, node, now)
 	v := r.state.judge(notReady, readySince, now)
 	conditionErr := r.publishCondition(ctx, node, notReady)
 	var res ctrl.Result
@@ -418,9 +427,9 @@ func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Du
 
 // checkGates returns the first gate that does not pass, or nil and the time since when all pass.
 // It evaluates every gate, so the gate metrics stay current.
-func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateError, time.Time) {
+func (r *NodeReconciler) checkGates(ctx context.Context, node *corev1.Node, now time.Time) (*gateError, time.Time) {
 	local, since := r.prober.notReady()
-	var csiNodeErr, containerErr *gateError
+	var csiNodeErr, containerErr, resourceErr *gateError
 	if r.csiNode != nil {
 		var csiNodeSince time.Time
 		csiNodeErr, csiNodeSince = r.csiNode.check(ctx, now)
@@ -429,13 +438,16 @@ func (r *NodeReconciler) checkGates(ctx context.Context, now time.Time) (*gateEr
 	if r.container != nil {
 		containerErr = r.container.check(ctx)
 	}
-	if local != nil && csiNodeErr == nil && containerErr == nil {
+	if r.resources != nil {
+		resourceErr = r.resources.check(ctx, node)
+	}
+	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil {
 		// Only the local gates hold the taint now that something changed (kubelet registered the
 		// driver, the taint came back): the driver may have turned ready since the last tick, so
 		// probe it now rather than up to an interval later.
 		r.prober.probeNow()
 	}
-	for _, gerr := range []*gateError{local, csiNodeErr, containerErr} {
+	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr} {
 		if gerr != nil {
 			return gerr, time.Time{}
 		}

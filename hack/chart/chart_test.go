@@ -18,7 +18,7 @@ func init() {
 func valueFiles(t *testing.T) [][]string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
-	if err != nil || len(files) < 3 {
+	if err != nil || len(files) < 4 {
 		t.Fatalf("want a values file per driver in %s/ci, got %v (%v)", chartDir, files, err)
 	}
 	out := make([][]string, 0, 1+len(files))
@@ -72,6 +72,9 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a condition type that is not a name", []string{"conditionType=agent ready"}, "/conditionType"},
 		{"a condition in a dry run", []string{"dryRun=true", "conditionType=example.com/AgentReady"}, "allOf"},
 		{"a port out of range", []string{"metrics.port=70000"}, "/metrics/port"},
+		{"a resource that is not a name", []string{"requireResources[0]=nvidia com/gpu"}, "/requireResources/0"},
+		{"a resource minimum of zero", []string{"requireResources[0]=nvidia.com/gpu=0"}, "/requireResources/0"},
+		{"a resource minimum that is not a quantity", []string{"requireResources[0]=nvidia.com/gpu=many"}, "/requireResources/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
