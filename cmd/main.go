@@ -178,6 +178,13 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if opts.readyURL != "" {
 		r.Gates = append(r.Gates, controllers.NewHTTPGate(opts.readyURL, opts.probeTimeout))
 	}
+	if len(opts.readyFiles) > 0 {
+		gate, err := controllers.NewFileGate(opts.readyFiles...)
+		if err != nil {
+			return fmt.Errorf("--ready-file: %w", err)
+		}
+		r.Gates = append(r.Gates, gate)
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}

@@ -36,6 +36,7 @@ type options struct {
 	dryRun             bool
 	readyContainer     string
 	requireResources   []controllers.ResourceRequirement
+	readyFiles         []string
 	podName            string
 	podNamespace       string
 
@@ -107,6 +108,24 @@ func (f resourceFlag) Set(v string) error {
 	return nil
 }
 
+// filesFlag collects repeated --ready-file patterns.
+type filesFlag struct{ patterns *[]string }
+
+func (f filesFlag) String() string {
+	if f.patterns == nil {
+		return ""
+	}
+	return strings.Join(*f.patterns, ",")
+}
+
+func (f filesFlag) Set(v string) error {
+	if _, err := controllers.NewFileGate(v); err != nil {
+		return err
+	}
+	*f.patterns = append(*f.patterns, v)
+	return nil
+}
+
 // optionalDuration is a duration flag that also accepts the empty string, as 0 (off), so a
 // manifest can pass a setting that is off through an environment variable.
 type optionalDuration struct{ d *time.Duration }
@@ -164,6 +183,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.Var(resourceFlag{&o.requireResources}, "require-resource",
 		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
 			"as a device plugin advertises it through kubelet; repeatable.")
+	fs.Var(filesFlag{&o.readyFiles}, "ready-file",
+		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
+			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
@@ -256,8 +278,8 @@ func (o *options) validate(explicit map[string]bool) error {
 // validateGates checks the readiness gates and the taints they guard.
 func (o *options) validateGates(explicit map[string]bool) error {
 	switch {
-	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0:
-		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-container or --require-resource")
+	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0 && len(o.readyFiles) == 0:
+		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-file, --ready-container or --require-resource")
 	case o.readyContainer != "" && len(validation.IsDNS1123Label(o.readyContainer)) > 0:
 		return fmt.Errorf("--ready-container: %q is not a container name", o.readyContainer)
 	case o.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):

@@ -34,6 +34,7 @@ func TestParseOptionsValues(t *testing.T) {
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
 		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
+		"--ready-file=/etc/cni/net.d/*.conflist",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,8 @@ func TestParseOptionsValues(t *testing.T) {
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
 		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute ||
 		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
-		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" {
+		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" ||
+		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -94,6 +96,9 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"resource minimum not a quantity", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=many"}, node, "-require-resource"},
 		{"resource minimum zero", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=0"}, node, "must be positive"},
 		{"resource minimum negative", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=-1"}, node, "must be positive"},
+		{"ready file relative", []string{"--taint=a/b", "--ready-file=etc/cni/net.d/*.conflist"}, node, "-ready-file"},
+		{"ready file bad glob", []string{"--taint=a/b", "--ready-file=/etc/cni/net.d/["}, node, "-ready-file"},
+		{"ready file glob in its directory", []string{"--taint=a/b", "--ready-file=/etc/*/net.d/x"}, node, "not its directory"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
 		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},

@@ -44,8 +44,25 @@ func newProber(gates []Gate, interval time.Duration, node string, clk clock.With
 	}
 }
 
+// watchingGate is a Gate that can also tell when to probe it again, sooner than the interval.
+type watchingGate interface {
+	Gate
+	// Watch calls changed whenever the gate's result may have changed, until ctx ends.
+	Watch(ctx context.Context, changed func()) error
+}
+
 // Start implements manager.Runnable.
 func (p *prober) Start(ctx context.Context) error {
+	for _, g := range p.gates {
+		if w, ok := g.(watchingGate); ok {
+			go func() {
+				if err := w.Watch(ctx, p.probeNow); err != nil {
+					// Not fatal: the interval still probes the gate.
+					log.FromContext(ctx).Error(err, "cannot watch the gate; probing it every interval", "gate", g.Name())
+				}
+			}()
+		}
+	}
 	ticker := p.clock.NewTicker(p.interval)
 	defer ticker.Stop()
 	for {

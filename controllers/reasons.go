@@ -20,6 +20,7 @@ const (
 	reasonHTTPStatus    = "http_status"
 	reasonNotRegistered = "not_registered"
 	reasonNoAllocatable = "no_allocatable"
+	reasonNoFile        = "no_file"
 	reasonError         = "error"
 )
 
@@ -78,6 +79,8 @@ func reasonClass(err error) string {
 	switch {
 	case errors.Is(err, errNotReady):
 		return reasonNotReady
+	case errors.Is(err, errNoFile):
+		return reasonNoFile
 	case errors.Is(err, context.DeadlineExceeded):
 		return reasonTimeout
 	case errors.As(err, &statusErr):

@@ -18,7 +18,7 @@ func init() {
 func valueFiles(t *testing.T) [][]string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
-	if err != nil || len(files) < 4 {
+	if err != nil || len(files) < 5 {
 		t.Fatalf("want a values file per driver in %s/ci, got %v (%v)", chartDir, files, err)
 	}
 	out := make([][]string, 0, 1+len(files))
@@ -75,6 +75,8 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a resource that is not a name", []string{"requireResources[0]=nvidia com/gpu"}, "/requireResources/0"},
 		{"a resource minimum of zero", []string{"requireResources[0]=nvidia.com/gpu=0"}, "/requireResources/0"},
 		{"a resource minimum that is not a quantity", []string{"requireResources[0]=nvidia.com/gpu=many"}, "/requireResources/0"},
+		{"a relative ready file", []string{"readyFiles[0]=etc/cni/net.d/x"}, "/readyFiles/0"},
+		{"a ready file with a glob in its directory", []string{"readyFiles[0]=/etc/*/net.d/x"}, "/readyFiles/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
