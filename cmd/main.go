@@ -137,6 +137,9 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if opts.readyContainer != "" {
 		controllers.PodCacheOptions(&mgrOpts.Cache, pod)
 	}
+	if len(opts.resourceSlices) > 0 {
+		controllers.ResourceSliceCacheOptions(&mgrOpts.Cache, opts.nodeName)
+	}
 	// client-go's own scheme, built at its package's init and used by its typed clients anyway:
 	// a scheme of our own would hold a second copy of every type's registration.
 	mgrOpts.Scheme = clientgoscheme.Scheme
@@ -150,18 +153,19 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	}
 
 	r := &controllers.NodeReconciler{
-		NodeName:           opts.nodeName,
-		Taints:             opts.taints,
-		RequireCSINode:     opts.requireCSINode,
-		RequireAllocatable: opts.requireAllocatable,
-		ProbeInterval:      opts.probeInterval,
-		MaxWait:            opts.maxWait,
-		RetaintAfter:       opts.retaintAfter,
-		ConditionType:      opts.conditionType,
-		DryRun:             opts.dryRun,
-		ReadyContainer:     opts.readyContainer,
-		RequireResources:   opts.requireResources,
-		Pod:                pod,
+		NodeName:              opts.nodeName,
+		Taints:                opts.taints,
+		RequireCSINode:        opts.requireCSINode,
+		RequireAllocatable:    opts.requireAllocatable,
+		ProbeInterval:         opts.probeInterval,
+		MaxWait:               opts.maxWait,
+		RetaintAfter:          opts.retaintAfter,
+		ConditionType:         opts.conditionType,
+		DryRun:                opts.dryRun,
+		ReadyContainer:        opts.readyContainer,
+		RequireResources:      opts.requireResources,
+		RequireResourceSlices: opts.resourceSlices,
+		Pod:                   pod,
 	}
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.

@@ -37,6 +37,7 @@ type options struct {
 	readyContainer     string
 	requireResources   []controllers.ResourceRequirement
 	readyFiles         []string
+	resourceSlices     []string
 	podName            string
 	podNamespace       string
 
@@ -126,6 +127,24 @@ func (f filesFlag) Set(v string) error {
 	return nil
 }
 
+// driversFlag collects repeated --require-resourceslice DRA driver names.
+type driversFlag struct{ names *[]string }
+
+func (f driversFlag) String() string {
+	if f.names == nil {
+		return ""
+	}
+	return strings.Join(*f.names, ",")
+}
+
+func (f driversFlag) Set(v string) error {
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return fmt.Errorf("%q is not a DRA driver name: %s", v, strings.Join(errs, "; "))
+	}
+	*f.names = append(*f.names, v)
+	return nil
+}
+
 // optionalDuration is a duration flag that also accepts the empty string, as 0 (off), so a
 // manifest can pass a setting that is off through an environment variable.
 type optionalDuration struct{ d *time.Duration }
@@ -186,6 +205,9 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.Var(filesFlag{&o.readyFiles}, "ready-file",
 		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
 			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
+	fs.Var(driversFlag{&o.resourceSlices}, "require-resourceslice",
+		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
+			"with at least one device; repeatable.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
@@ -278,8 +300,10 @@ func (o *options) validate(explicit map[string]bool) error {
 // validateGates checks the readiness gates and the taints they guard.
 func (o *options) validateGates(explicit map[string]bool) error {
 	switch {
-	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0 && len(o.readyFiles) == 0:
-		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-file, --ready-container or --require-resource")
+	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0 && len(o.readyFiles) == 0 &&
+		len(o.resourceSlices) == 0:
+		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-file, --ready-container, " +
+			"--require-resource or --require-resourceslice")
 	case o.readyContainer != "" && len(validation.IsDNS1123Label(o.readyContainer)) > 0:
 		return fmt.Errorf("--ready-container: %q is not a container name", o.readyContainer)
 	case o.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):

@@ -34,7 +34,7 @@ func TestParseOptionsValues(t *testing.T) {
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
 		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
-		"--ready-file=/etc/cni/net.d/*.conflist",
+		"--ready-file=/etc/cni/net.d/*.conflist", "--require-resourceslice=gpu.example.com",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,8 @@ func TestParseOptionsValues(t *testing.T) {
 		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute ||
 		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
 		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" ||
-		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" {
+		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" ||
+		len(o.resourceSlices) != 1 || o.resourceSlices[0] != "gpu.example.com" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -99,6 +100,7 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"ready file relative", []string{"--taint=a/b", "--ready-file=etc/cni/net.d/*.conflist"}, node, "-ready-file"},
 		{"ready file bad glob", []string{"--taint=a/b", "--ready-file=/etc/cni/net.d/["}, node, "-ready-file"},
 		{"ready file glob in its directory", []string{"--taint=a/b", "--ready-file=/etc/*/net.d/x"}, node, "not its directory"},
+		{"DRA driver not a name", []string{"--taint=a/b", "--require-resourceslice=GPU Driver"}, node, "not a DRA driver name"},
 		{"csinode without csi", []string{"--taint=a/b", "--ready-url=http://127.0.0.1/", "--require-csinode"}, node, "--require-csinode"},
 		{"allocatable without csinode", []string{csi, "--require-csinode=false", "--require-allocatable"}, node, "--require-allocatable"},
 		{"unknown flag", []string{csi, "--no-such-flag"}, node, "-no-such-flag"},

@@ -21,7 +21,7 @@ import (
 
 // ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
 // the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady,
-// FileNotReady, ResourceNotReady.
+// FileNotReady, ResourceNotReady, ResourceSliceNotReady.
 const ConditionReasonGatesPass = "GatesPass"
 
 // kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.
@@ -91,7 +91,7 @@ func (r *NodeReconciler) condition(notReady *gateError) corev1.NodeCondition {
 
 // conditionReason is a gate's name in CamelCase followed by NotReady.
 func conditionReason(gate string) string {
-	initialisms := map[string]string{gateCSI: "CSI", gateCSINode: "CSINode", gateHTTP: "HTTP"}
+	initialisms := map[string]string{gateCSI: "CSI", gateCSINode: "CSINode", gateHTTP: "HTTP", gateResourceSlice: "ResourceSlice"}
 	var b strings.Builder
 	for _, word := range strings.FieldsFunc(gate, func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
 		if s, ok := initialisms[word]; ok {

@@ -100,7 +100,7 @@ func TestConditionTypeAndReason(t *testing.T) {
 		}
 	}
 	for gate, want := range map[string]string{gateCSI: "CSINotReady", gateCSINode: "CSINodeNotReady", gateHTTP: "HTTPNotReady",
-		gateContainer: "ContainerNotReady", gateFile: "FileNotReady", gateResource: "ResourceNotReady", "gpu-plugin": "GpuPluginNotReady", "9": "GateNotReady", "": "GateNotReady"} {
+		gateContainer: "ContainerNotReady", gateFile: "FileNotReady", gateResource: "ResourceNotReady", gateResourceSlice: "ResourceSliceNotReady", "gpu-plugin": "GpuPluginNotReady", "9": "GateNotReady", "": "GateNotReady"} {
 		if got := conditionReason(gate); got != want {
 			t.Errorf("conditionReason(%q) = %q, want %q", gate, got, want)
 		}

@@ -1,11 +1,16 @@
 package controllers_test
 
 import (
+	"fmt"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -69,4 +74,40 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 		writeStatus(func(s *corev1.NodeStatus) { s.Allocatable["nvidia.com/gpu"] = resource.MustParse("2") })
 		Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key)) }).WithContext(ctx).Should(Succeed())
 	})
+})
+
+var _ = Describe("The ResourceSlice gate (DRA drivers)", func() {
+	It("holds the taint until the driver publishes a device for this node; other nodes' and other drivers' slices do not count",
+		func(ctx SpecContext) {
+			const driver = "gpu.example.com"
+			nodeName := uniqueNodeName()
+			createNode(ctx, nodeName, startupTaint)
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, RequireResourceSlices: []string{driver},
+				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}})
+			slice := func(name, driver, node string, devices int) *resourcev1.ResourceSlice {
+				s := &resourcev1.ResourceSlice{
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+					Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+						Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}},
+				}
+				for i := range devices {
+					s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("gpu-%d", i)})
+				}
+				Expect(k8sClient.Create(ctx, s)).To(Succeed())
+				DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, s))).To(Succeed()) })
+				return s
+			}
+			holds := func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(startupTaint.Key)) }
+
+			slice(nodeName+"-elsewhere", driver, nodeName+"-other", 2)
+			slice(nodeName+"-nic", "nic.example.com", nodeName, 2)
+			own := slice(nodeName+"-gpu", driver, nodeName, 0)
+			Eventually(func() float64 { return testutil.ToFloat64(metrics.GateReady.WithLabelValues("resourceslice")) }).Should(Equal(0.0))
+			Consistently(holds, "1s").WithContext(ctx).Should(Succeed())
+
+			By("the driver publishing its first device for this node")
+			own.Spec.Devices = []resourcev1.Device{{Name: "gpu-0"}}
+			Expect(k8sClient.Update(ctx, own)).To(Succeed())
+			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key)) }).WithContext(ctx).Should(Succeed())
+		})
 })

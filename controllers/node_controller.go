@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,6 +107,10 @@ type NodeReconciler struct {
 	// RequireResources is a gate that passes while the Node's status.allocatable has at least the
 	// given amount of each resource, as a device plugin advertises it through kubelet.
 	RequireResources []ResourceRequirement
+	// RequireResourceSlices is a gate that passes while each of these Dynamic Resource Allocation
+	// drivers has published a ResourceSlice for this node with at least one device. The manager's
+	// cache must hold this node's slices (see ResourceSliceCacheOptions).
+	RequireResourceSlices []string
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
@@ -137,6 +142,7 @@ type NodeReconciler struct {
 	csiNode   *csiNodeGate
 	container *containerGate
 	resources *resourceGate
+	slices    *resourceSliceGate
 	state     nodeState
 }
 
@@ -165,6 +171,7 @@ func RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
+	m.Add(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), meta.RESTScopeRoot)
 	return m, nil
 }
 
@@ -222,14 +229,17 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The CSINode shares its Node's name, so its events map to that Node's request.
 		b = b.Watches(&storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(thisNode))
 	}
+	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
+	})
 	if r.ReadyContainer != "" {
 		thisPod := predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetName() == r.Pod.Name && o.GetNamespace() == r.Pod.Namespace
 		})
-		toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
-		})
 		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(thisPod))
+	}
+	if len(r.RequireResourceSlices) > 0 {
+		b = b.Watches(&resourcev1.ResourceSlice{}, toNode)
 	}
 	return b.Complete(r)
 }
@@ -258,14 +268,18 @@ func (r *NodeReconciler) build() {
 	if len(r.RequireResources) > 0 {
 		r.resources = &resourceGate{required: r.RequireResources}
 	}
+	if len(r.RequireResourceSlices) > 0 {
+		r.slices = &resourceSliceGate{reader: r.Client, node: r.NodeName, drivers: r.RequireResourceSlices}
+	}
 }
 
 func (r *NodeReconciler) validate() error {
 	switch {
 	case r.NodeName == "":
 		return errors.New("NodeReconciler: NodeName is required")
-	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "" && len(r.RequireResources) == 0:
-		return errors.New("NodeReconciler: at least one readiness gate is required (CSI, Gates, ReadyContainer or RequireResources)")
+	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "" && len(r.RequireResources) == 0 && len(r.RequireResourceSlices) == 0:
+		return errors.New("NodeReconciler: at least one readiness gate is required " +
+			"(CSI, Gates, ReadyContainer, RequireResources or RequireResourceSlices)")
 	case r.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
 		return errors.New("NodeReconciler: ReadyContainer needs Pod, the agent's own Pod")
 	case r.CSI == nil && len(r.Taints) == 0:
@@ -327,6 +341,7 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 // when the install sets it.
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch
 // The agent's own Pod, for --ready-container: a Role in its own namespace only.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch,namespace=system
 // Events about a Node can only be written in "default" (the API server's rule for cluster-scoped
@@ -429,7 +444,7 @@ func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Du
 // It evaluates every gate, so the gate metrics stay current.
 func (r *NodeReconciler) checkGates(ctx context.Context, node *corev1.Node, now time.Time) (*gateError, time.Time) {
 	local, since := r.prober.notReady()
-	var csiNodeErr, containerErr, resourceErr *gateError
+	var csiNodeErr, containerErr, resourceErr, sliceErr *gateError
 	if r.csiNode != nil {
 		var csiNodeSince time.Time
 		csiNodeErr, csiNodeSince = r.csiNode.check(ctx, now)
@@ -441,13 +456,16 @@ func (r *NodeReconciler) checkGates(ctx context.Context, node *corev1.Node, now 
 	if r.resources != nil {
 		resourceErr = r.resources.check(ctx, node)
 	}
-	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil {
+	if r.slices != nil {
+		sliceErr = r.slices.check(ctx)
+	}
+	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil && sliceErr == nil {
 		// Only the local gates hold the taint now that something changed (kubelet registered the
 		// driver, the taint came back): the driver may have turned ready since the last tick, so
 		// probe it now rather than up to an interval later.
 		r.prober.probeNow()
 	}
-	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr} {
+	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr, sliceErr} {
 		if gerr != nil {
 			return gerr, time.Time{}
 		}

@@ -139,6 +139,9 @@ func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.Nod
 	if r.ReadyContainer != "" {
 		controllers.PodCacheOptions(&opts.Cache, r.Pod)
 	}
+	if len(r.RequireResourceSlices) > 0 {
+		controllers.ResourceSliceCacheOptions(&opts.Cache, r.NodeName)
+	}
 	opts.Logger = logger
 	expectations.StartManager(restCfg, opts, r.SetupWithManager)
 }

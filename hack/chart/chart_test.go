@@ -18,7 +18,7 @@ func init() {
 func valueFiles(t *testing.T) [][]string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
-	if err != nil || len(files) < 5 {
+	if err != nil || len(files) < 6 {
 		t.Fatalf("want a values file per driver in %s/ci, got %v (%v)", chartDir, files, err)
 	}
 	out := make([][]string, 0, 1+len(files))
@@ -77,6 +77,7 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a resource minimum that is not a quantity", []string{"requireResources[0]=nvidia.com/gpu=many"}, "/requireResources/0"},
 		{"a relative ready file", []string{"readyFiles[0]=etc/cni/net.d/x"}, "/readyFiles/0"},
 		{"a ready file with a glob in its directory", []string{"readyFiles[0]=/etc/*/net.d/x"}, "/readyFiles/0"},
+		{"a DRA driver that is not a name", []string{"requireResourceSlices[0]=GPU Driver"}, "/requireResourceSlices/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
