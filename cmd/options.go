@@ -84,65 +84,44 @@ func (f taintFlag) Set(v string) error {
 	return nil
 }
 
-// resourceFlag collects repeated --require-resource values, parsing each as it arrives.
-type resourceFlag struct {
-	reqs *[]controllers.ResourceRequirement
+// listFlag collects a repeated flag, parsing each value as it arrives so the error names it.
+type listFlag[T any] struct {
+	items *[]T
+	parse func(string) (T, error)
 }
 
-func (f resourceFlag) String() string {
-	if f.reqs == nil {
+func (f listFlag[T]) String() string {
+	if f.items == nil {
 		return ""
 	}
-	parts := make([]string, len(*f.reqs))
-	for i, q := range *f.reqs {
-		parts[i] = q.String()
+	parts := make([]string, len(*f.items))
+	for i, item := range *f.items {
+		parts[i] = fmt.Sprint(item)
 	}
 	return strings.Join(parts, ",")
 }
 
-func (f resourceFlag) Set(v string) error {
-	q, err := controllers.ParseResourceRequirement(v)
+func (f listFlag[T]) Set(v string) error {
+	item, err := f.parse(v)
 	if err != nil {
 		return err
 	}
-	*f.reqs = append(*f.reqs, q)
+	*f.items = append(*f.items, item)
 	return nil
 }
 
-// filesFlag collects repeated --ready-file patterns.
-type filesFlag struct{ patterns *[]string }
-
-func (f filesFlag) String() string {
-	if f.patterns == nil {
-		return ""
-	}
-	return strings.Join(*f.patterns, ",")
+// parseFilePattern accepts a --ready-file pattern that a FileGate can watch.
+func parseFilePattern(v string) (string, error) {
+	_, err := controllers.NewFileGate(v)
+	return v, err
 }
 
-func (f filesFlag) Set(v string) error {
-	if _, err := controllers.NewFileGate(v); err != nil {
-		return err
-	}
-	*f.patterns = append(*f.patterns, v)
-	return nil
-}
-
-// driversFlag collects repeated --require-resourceslice DRA driver names.
-type driversFlag struct{ names *[]string }
-
-func (f driversFlag) String() string {
-	if f.names == nil {
-		return ""
-	}
-	return strings.Join(*f.names, ",")
-}
-
-func (f driversFlag) Set(v string) error {
+// parseDriverName accepts a DRA driver name, a DNS subdomain.
+func parseDriverName(v string) (string, error) {
 	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-		return fmt.Errorf("%q is not a DRA driver name: %s", v, strings.Join(errs, "; "))
+		return "", fmt.Errorf("%q is not a DRA driver name: %s", v, strings.Join(errs, "; "))
 	}
-	*f.names = append(*f.names, v)
-	return nil
+	return v, nil
 }
 
 // optionalDuration is a duration flag that also accepts the empty string, as 0 (off), so a
@@ -199,13 +178,13 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.StringVar(&o.readyContainer, "ready-container", "",
 		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
 			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
-	fs.Var(resourceFlag{&o.requireResources}, "require-resource",
+	fs.Var(listFlag[controllers.ResourceRequirement]{&o.requireResources, controllers.ParseResourceRequirement}, "require-resource",
 		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
 			"as a device plugin advertises it through kubelet; repeatable.")
-	fs.Var(filesFlag{&o.readyFiles}, "ready-file",
+	fs.Var(listFlag[string]{&o.readyFiles, parseFilePattern}, "ready-file",
 		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
 			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
-	fs.Var(driversFlag{&o.resourceSlices}, "require-resourceslice",
+	fs.Var(listFlag[string]{&o.resourceSlices, parseDriverName}, "require-resourceslice",
 		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
 			"with at least one device; repeatable.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,

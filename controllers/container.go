@@ -10,9 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // gateContainer names the container readiness gate in logs, events and metrics.
@@ -35,10 +32,7 @@ type containerGate struct {
 
 // check returns why the gate does not pass, or nil.
 func (g *containerGate) check(ctx context.Context) *gateError {
-	gerr := g.ready(ctx)
-	g.log.update(log.FromContext(ctx), gateContainer, gerr)
-	metrics.GateReady.WithLabelValues(gateContainer).Set(boolToFloat(gerr == nil))
-	return gerr
+	return g.log.report(ctx, gateContainer, g.ready(ctx))
 }
 
 func (g *containerGate) ready(ctx context.Context) *gateError {

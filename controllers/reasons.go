@@ -7,6 +7,9 @@ import (
 	"net"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // Reason classes: a small fixed set that labels probe errors in metrics and tells a changed
@@ -62,6 +65,14 @@ func (l *gateLog) update(logger logr.Logger, gate string, gerr *gateError) bool 
 		logger.Info("readiness gate does not pass", "gate", gate, "reason", reason, "detail", gerr.err.Error())
 	}
 	return true
+}
+
+// report records the result of a gate the reconcile checks itself: it logs a change (update) and
+// sets the gate's metric, and returns gerr.
+func (l *gateLog) report(ctx context.Context, gate string, gerr *gateError) *gateError {
+	l.update(log.FromContext(ctx), gate, gerr)
+	metrics.GateReady.WithLabelValues(gate).Set(boolToFloat(gerr == nil))
+	return gerr
 }
 
 // httpStatusError is a health endpoint's non-2xx answer.

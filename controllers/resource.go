@@ -8,9 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // gateResource names the allocatable resource gate in logs, events and metrics.
@@ -70,9 +67,7 @@ func (g *resourceGate) check(ctx context.Context, node *corev1.Node) *gateError 
 			break
 		}
 	}
-	g.log.update(log.FromContext(ctx), gateResource, gerr)
-	metrics.GateReady.WithLabelValues(gateResource).Set(boolToFloat(gerr == nil))
-	return gerr
+	return g.log.report(ctx, gateResource, gerr)
 }
 
 // allocatableChanged reports whether the amount of any required resource differs between the

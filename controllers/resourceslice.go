@@ -9,9 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // gateResourceSlice names the DRA gate in logs, events and metrics.
@@ -34,10 +31,7 @@ type resourceSliceGate struct {
 
 // check returns why the gate does not pass, or nil.
 func (g *resourceSliceGate) check(ctx context.Context) *gateError {
-	gerr := g.published(ctx)
-	g.log.update(log.FromContext(ctx), gateResourceSlice, gerr)
-	metrics.GateReady.WithLabelValues(gateResourceSlice).Set(boolToFloat(gerr == nil))
-	return gerr
+	return g.log.report(ctx, gateResourceSlice, g.published(ctx))
 }
 
 func (g *resourceSliceGate) published(ctx context.Context) *gateError {
