@@ -43,7 +43,8 @@ vet: ## Run go vet against code.
 
 .PHONY: test
 test: fmt vet envtest chart-tool ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's tests.
-	go test -race ./... -coverprofile cover.out
+	@# -count=1: the end-to-end tests build the binary themselves, which go test's cache cannot see.
+	go test -race -count=1 ./... -coverprofile cover.out
 	go -C hack/chart test ./...
 
 FUZZTIME ?= 1m

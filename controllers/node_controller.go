@@ -350,7 +350,8 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile removes the startup taints from the node when all readiness gates pass: observe the
-// taints, check the gates, patch, report.
+// taints, check the gates (and publish the verdict as a condition, with ConditionType), patch,
+// report. With no startup taint on the node, continuous mode may put one back instead.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
