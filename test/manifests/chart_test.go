@@ -24,10 +24,12 @@ import (
 // chartDir is the Helm chart, relative to this package.
 const chartDir = "../../charts/startup-taint-remover"
 
-// chartRelease renders a chart as a release, with values files applied in order.
+// chartRelease renders a chart as a release, with values files applied in order, then sets.
 type chartRelease struct {
 	name, namespace string
 	values          []string
+	// sets are KEY=VALUE pairs, as helm --set takes them.
+	sets []string
 }
 
 var (
@@ -64,10 +66,13 @@ func chartTool() string {
 // release's Namespace first, then the chart's objects.
 func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	args := make([]string, 0, 6+2*len(r.values))
+	args := make([]string, 0, 6+2*len(r.values)+2*len(r.sets))
 	args = append(args, "template", dir, "-name", r.name, "-namespace", r.namespace)
 	for _, f := range r.values {
 		args = append(args, "-f", f)
+	}
+	for _, kv := range r.sets {
+		args = append(args, "-set", kv)
 	}
 	cmd := exec.Command(chartTool(), args...)
 	var stderr bytes.Buffer

@@ -657,17 +657,7 @@ var _ = Describe("the rendered installs", func() {
 			})
 
 			It("keeps judging the agent while it also holds another role that grants nodes patch (a driver chart's own)", func(ctx SpecContext) {
-				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-driver-own-role"},
-					Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch", "update"}}}}
-				binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-driver-own-binding"},
-					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-					Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: a.serviceAccount, Namespace: a.namespace}}}
-				Expect(k8sClient.Create(ctx, role)).To(Succeed())
-				Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-				DeferCleanup(func(ctx SpecContext) {
-					Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
-					Expect(k8sClient.Delete(ctx, role)).To(Succeed())
-				})
+				bindRole(ctx, nodesRole(ctx, prefix+"-driver-own-role"), a.namespace, a.serviceAccount)
 				own := newNode(ctx)
 				err := patchNode(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) { n.Labels["zone"] = "b" })
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)))
@@ -691,16 +681,8 @@ var _ = Describe("the rendered installs", func() {
 			})
 
 			It("never judges another controller's service account, one with cluster-admin included", func(ctx SpecContext) {
-				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-cni-agent"},
-					Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
-				Expect(k8sClient.Create(ctx, role)).To(Succeed())
-				DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, role)).To(Succeed()) })
-				for account, roleName := range map[string]string{"cni-agent": role.Name, "gitops": "cluster-admin"} {
-					binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-" + account},
-						RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roleName},
-						Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: "kube-system"}}}
-					Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-					DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, binding)).To(Succeed()) })
+				for account, roleName := range map[string]string{"cni-agent": nodesRole(ctx, prefix+"-cni-agent"), "gitops": "cluster-admin"} {
+					bindRole(ctx, roleName, "kube-system", account)
 					user, groups := serviceAccount("kube-system", account)
 					own := newNode(ctx)
 					// Its token is bound to a pod on another node, as a DaemonSet's would be.
@@ -729,45 +711,77 @@ var _ = Describe("the rendered installs", func() {
 	}
 })
 
-var _ = Describe("an install path that binds the agent's RBAC to the wrong account", func() {
-	It("leaves the agent unjudged, and the agent's own confinement check says so", func(ctx SpecContext) {
-		objs := render("testdata/wrong-account-sidecar")
-		a := agentOf(objs)
-		for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
-			Expect(b.Subjects).NotTo(ContainElement(HaveField("Name", a.serviceAccount)), "the broken recipe binds another account")
-		}
-		apply(ctx, objs)
-		DeferCleanup(func(ctx SpecContext) {
-			for _, obj := range objs {
-				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+// unjudgedInstalls are install paths that leave the agent unjudged: a recipe broken on purpose,
+// and a chart whose policy was turned off. The agent's own confinement check must say so.
+var unjudgedInstalls = []struct {
+	name string
+	install
+	// why checks the rendered objects for the reason the agent goes unjudged.
+	why func(a agent, objs []*unstructured.Unstructured)
+}{
+	{"a sidecar recipe that binds the agent's RBAC to the wrong account", install{dir: "testdata/wrong-account-sidecar"},
+		func(a agent, objs []*unstructured.Unstructured) {
+			for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
+				Expect(b.Subjects).NotTo(ContainElement(HaveField("Name", a.serviceAccount)), "the broken recipe binds another account")
 			}
-		})
-		// The driver's chart gives its node plugin a nodes patch role of its own, as the EFS chart does.
-		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-driver-role"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}}
-		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-driver-binding"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: a.serviceAccount, Namespace: a.namespace}}}
-		Expect(k8sClient.Create(ctx, role)).To(Succeed())
-		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) {
-			Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
-			Expect(k8sClient.Delete(ctx, role)).To(Succeed())
-		})
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wrong-account-node", Labels: map[string]string{"zone": "a"}}}
-		Expect(k8sClient.Create(ctx, node)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) })
+		}},
+	{"the Helm chart with admissionPolicy.enabled=false", install{dir: chartDir,
+		chart: &chartRelease{name: "nopolicy", namespace: "nopolicy", sets: []string{"admissionPolicy.enabled=false"}}},
+		func(_ agent, objs []*unstructured.Unstructured) {
+			Expect(only[admissionv1.ValidatingAdmissionPolicy](objs, "ValidatingAdmissionPolicy")).To(BeEmpty())
+		}},
+}
 
-		check := &controllers.ConfinementCheck{Client: impersonating(a.user, a.groups, node.Name), NodeName: node.Name}
-		Eventually(func(g Gomega) string {
-			outcome, _, err := check.Check(ctx)
-			g.Expect(err).NotTo(HaveOccurred())
-			return outcome
-		}).Should(Equal(controllers.NotConfined))
-		Expect(patchNode(ctx, impersonating(a.user, a.groups, "elsewhere"), node.Name, func(n *corev1.Node) { n.Labels["zone"] = "b" })).
-			To(Succeed(), "unjudged, the agent's account may relabel any node")
-	})
+var _ = Describe("install paths that leave the agent unjudged", func() {
+	for i, in := range unjudgedInstalls {
+		It(in.name+": the agent's own confinement check says so", func(ctx SpecContext) {
+			objs := in.render()
+			a := agentOf(objs)
+			in.why(a, objs)
+			apply(ctx, objs)
+			DeferCleanup(func(ctx SpecContext) {
+				for _, obj := range objs {
+					Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+				}
+			})
+			// The driver's chart gives its node plugin a nodes patch role of its own, as the EFS chart does.
+			bindRole(ctx, nodesRole(ctx, fmt.Sprintf("unjudged%d-driver-role", i)), a.namespace, a.serviceAccount)
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unjudged%d-node", i), Labels: map[string]string{"zone": "a"}}}
+			Expect(k8sClient.Create(ctx, node)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) })
+
+			check := &controllers.ConfinementCheck{Client: impersonating(a.user, a.groups, node.Name), NodeName: node.Name}
+			Eventually(func(g Gomega) string {
+				outcome, _, err := check.Check(ctx)
+				g.Expect(err).NotTo(HaveOccurred())
+				return outcome
+			}).Should(Equal(controllers.NotConfined))
+			Expect(patchNode(ctx, impersonating(a.user, a.groups, "elsewhere"), node.Name, func(n *corev1.Node) { n.Labels["zone"] = "b" })).
+				To(Succeed(), "unjudged, the agent's account may relabel any node")
+		})
+	}
 })
+
+// nodesRole creates a ClusterRole that may read and patch every Node, as node agents' own charts
+// grant, until the spec ends, and returns its name.
+func nodesRole(ctx context.Context, name string) string {
+	GinkgoHelper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch", "update"}}}}
+	Expect(k8sClient.Create(ctx, role)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, role)).To(Succeed()) })
+	return name
+}
+
+// bindRole binds the ClusterRole role to the service account namespace/account until the spec ends.
+func bindRole(ctx context.Context, role, namespace, account string) {
+	GinkgoHelper()
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role + "-" + namespace + "-" + account},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: namespace}}}
+	Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, binding)).To(Succeed()) })
+}
 
 var _ = Describe("the confinement check, with no policy judging the agent", func() {
 	newUnconfinedNode := func(ctx context.Context, name string) *corev1.Node {
