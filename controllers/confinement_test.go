@@ -116,14 +116,15 @@ func (a *apiAnswers) client() client.Client {
 	}).Build()
 }
 
-// startCheck runs c.Start until the test ends and returns what Start returned, when it does.
-func startCheck(t *testing.T, c *ConfinementCheck) <-chan error {
+// startRunnable runs start (a manager.Runnable's Start) until the test ends and returns what it
+// returned, when it does.
+func startRunnable(t *testing.T, start func(context.Context) error) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done, stopped := make(chan error, 1), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		done <- c.Start(ctx)
+		done <- start(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -149,7 +150,7 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	check := NewConfinementCheck(false)
 	check.Client, check.NodeName, check.Recorder = api.client(), "n1", recorder
 	metrics.Confined.Set(1)
-	startCheck(t, check)
+	startRunnable(t, check.Start)
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
 	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+ReasonNotConfined) {
@@ -173,7 +174,7 @@ func TestConfinementCheckStopsWhenRequiredAndNotConfined(t *testing.T) {
 	check := NewConfinementCheck(true)
 	check.Client, check.NodeName, check.Recorder = patchAnswering(nil, nil), "n1", events.NewFakeRecorder(10)
 	select {
-	case err := <-startCheck(t, check):
+	case err := <-startRunnable(t, check.Start):
 		if err == nil || !strings.Contains(err.Error(), "no admission policy confines this agent") {
 			t.Fatalf("Start() = %v, want the not-confined error", err)
 		}
@@ -187,7 +188,7 @@ func TestConfinementCheckRetriesWithoutAVerdictOnItsBackoff(t *testing.T) {
 	api := &apiAnswers{err: apierrors.NewNotFound(nodesResource, "n1")}
 	check := NewConfinementCheck(false)
 	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", events.NewFakeRecorder(10), clock
-	startCheck(t, check)
+	startRunnable(t, check.Start)
 
 	// 1 s, then 2 s: nothing happens before each step has passed.
 	eventually(t, "the first check and its timer", func() bool { return api.count() == 1 && clock.HasWaiters() })

@@ -74,15 +74,14 @@ func TestAFileIsSeenAtOnceWithoutWaitingForAProbeTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newProber([]Gate{g}, time.Hour, "n1", clock.RealClock{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p.Start(ctx) }()
-	defer func() {
-		cancel()
+	var done <-chan error
+	// Registered first, so it runs after startRunnable has stopped the prober.
+	t.Cleanup(func() {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	done = startRunnable(t, p.Start)
 
 	ready := func() bool { gerr, _ := p.notReady(); return gerr == nil }
 	eventually(t, "the first probe", func() bool { gerr, _ := p.notReady(); return gerr != nil && gerr.reason == reasonNoFile })
