@@ -131,27 +131,6 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	}
 	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: ping}
 	shutdown := 2 * time.Second
-	mgrOpts := controllers.ManagerOptions(opts.nodeName)
-	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
-	pod := types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName}
-	if opts.readyContainer != "" {
-		controllers.PodCacheOptions(&mgrOpts.Cache, pod)
-	}
-	if len(opts.resourceSlices) > 0 {
-		controllers.ResourceSliceCacheOptions(&mgrOpts.Cache, opts.nodeName)
-	}
-	// client-go's own scheme, built at its package's init and used by its typed clients anyway:
-	// a scheme of our own would hold a second copy of every type's registration.
-	mgrOpts.Scheme = clientgoscheme.Scheme
-	mgrOpts.Metrics = metricsOpts
-	mgrOpts.HealthProbeBindAddress = opts.probeAddr
-	mgrOpts.PprofBindAddress = opts.pprofAddr
-	mgrOpts.GracefulShutdownTimeout = &shutdown
-	mgr, err := ctrl.NewManager(cfg, mgrOpts)
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-
 	r := &controllers.NodeReconciler{
 		NodeName:              opts.nodeName,
 		Taints:                opts.taints,
@@ -165,8 +144,22 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		ReadyContainer:        opts.readyContainer,
 		RequireResources:      opts.requireResources,
 		RequireResourceSlices: opts.resourceSlices,
-		Pod:                   pod,
+		Pod:                   types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName},
 	}
+	mgrOpts := r.ManagerOptions()
+	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
+	// client-go's own scheme, built at its package's init and used by its typed clients anyway:
+	// a scheme of our own would hold a second copy of every type's registration.
+	mgrOpts.Scheme = clientgoscheme.Scheme
+	mgrOpts.Metrics = metricsOpts
+	mgrOpts.HealthProbeBindAddress = opts.probeAddr
+	mgrOpts.PprofBindAddress = opts.pprofAddr
+	mgrOpts.GracefulShutdownTimeout = &shutdown
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.
 		r.Confinement = controllers.NewConfinementCheck(opts.requireConfinement)

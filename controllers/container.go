@@ -6,9 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -21,7 +19,7 @@ const reasonNoContainer = "no_container"
 // containerGate passes while the named container of the agent's own Pod is ready: kubelet's
 // readiness probe of the driver container, in the sidecar install. It serves agents whose
 // readiness is an exec or HTTP probe that only kubelet runs. It reads the manager's cache, which
-// holds only this one Pod (see PodCacheOptions), and a Pod watch event triggers the reconcile.
+// holds only this one Pod (see NodeReconciler.CacheOptions), and a Pod watch event triggers the reconcile.
 type containerGate struct {
 	reader    client.Reader
 	pod       types.NamespacedName
@@ -55,15 +53,4 @@ func (g *containerGate) ready(ctx context.Context) *gateError {
 	}
 	return &gateError{gate: gateContainer, reason: reasonNoContainer,
 		err: fmt.Errorf("pod %s has no status for container %s yet", g.pod, g.container)}
-}
-
-// PodCacheOptions adds the agent's own Pod to cache options made by CacheOptions, for the
-// ReadyContainer gate: the cache holds that one Pod, whatever else runs in its namespace.
-func PodCacheOptions(opts *cache.Options, pod types.NamespacedName) {
-	if opts.ByObject == nil {
-		opts.ByObject = map[client.Object]cache.ByObject{}
-	}
-	opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{
-		pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name)},
-	}}
 }

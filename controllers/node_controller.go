@@ -100,7 +100,7 @@ type NodeReconciler struct {
 	Gates []Gate
 	// ReadyContainer, when set, is a gate that passes while the container of that name in the
 	// agent's own Pod is ready, as kubelet's readiness probe says. It needs Pod, and the manager's
-	// cache must hold that Pod (see PodCacheOptions).
+	// cache must hold that Pod (see CacheOptions).
 	ReadyContainer string
 	// Pod is the agent's own Pod, for ReadyContainer.
 	Pod types.NamespacedName
@@ -109,7 +109,7 @@ type NodeReconciler struct {
 	RequireResources []ResourceRequirement
 	// RequireResourceSlices is a gate that passes while each of these Dynamic Resource Allocation
 	// drivers has published a ResourceSlice for this node with at least one device. The manager's
-	// cache must hold this node's slices (see ResourceSliceCacheOptions).
+	// cache must hold this node's slices (see CacheOptions).
 	RequireResourceSlices []string
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
@@ -146,20 +146,32 @@ type NodeReconciler struct {
 	state     nodeState
 }
 
-// CacheOptions restricts a manager's cache to the named node's Node and CSINode, so the cost of
-// each agent does not grow with the size of the cluster.
-func CacheOptions(nodeName string) cache.Options {
-	byName := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", nodeName)}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+// CacheOptions restricts a manager's cache to what r reads, so the cost of each agent does not
+// grow with the size of the cluster: the Node and CSINode of r's node, the agent's own Pod with
+// ReadyContainer, and the node's ResourceSlices with RequireResourceSlices.
+func (r *NodeReconciler) CacheOptions() cache.Options {
+	byName := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)}
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Node{}:       byName,
 		&storagev1.CSINode{}: byName,
 	}}
+	if r.ReadyContainer != "" {
+		opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{
+			r.Pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", r.Pod.Name)},
+		}}
+	}
+	if len(r.RequireResourceSlices) > 0 {
+		opts.ByObject[&resourcev1.ResourceSlice{}] = cache.ByObject{
+			Field: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, r.NodeName),
+		}
+	}
+	return opts
 }
 
-// ManagerOptions are the options the binary runs its manager with: a cache of this node's objects
-// only and the static RESTMapper. Callers add their scheme, endpoints and logger.
-func ManagerOptions(nodeName string) ctrl.Options {
-	return ctrl.Options{Cache: CacheOptions(nodeName), MapperProvider: RESTMapper}
+// ManagerOptions are the options the binary runs its manager with: r's CacheOptions and the
+// static RESTMapper. Callers add their scheme, endpoints and logger.
+func (r *NodeReconciler) ManagerOptions() ctrl.Options {
+	return ctrl.Options{Cache: r.CacheOptions(), MapperProvider: RESTMapper}
 }
 
 // RESTMapper knows the few kinds this controller touches. A manager that serves only this

@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -19,7 +17,7 @@ const reasonNoDevices = "no_devices"
 
 // resourceSliceGate passes while each required Dynamic Resource Allocation driver has published a
 // ResourceSlice for this node with at least one device. It reads the manager's cache, which holds
-// only this node's slices (see ResourceSliceCacheOptions), and a slice's event triggers the
+// only this node's slices (see NodeReconciler.CacheOptions), and a slice's event triggers the
 // reconcile.
 type resourceSliceGate struct {
 	reader  client.Reader
@@ -49,16 +47,4 @@ func (g *resourceSliceGate) published(ctx context.Context) *gateError {
 		}
 	}
 	return nil
-}
-
-// ResourceSliceCacheOptions adds this node's ResourceSlices to cache options made by
-// CacheOptions, for RequireResourceSlices: the cache holds only the slices of this node, however
-// many the cluster has.
-func ResourceSliceCacheOptions(opts *cache.Options, nodeName string) {
-	if opts.ByObject == nil {
-		opts.ByObject = map[client.Object]cache.ByObject{}
-	}
-	opts.ByObject[&resourcev1.ResourceSlice{}] = cache.ByObject{
-		Field: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, nodeName),
-	}
 }

@@ -135,13 +135,7 @@ func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.Nod
 	if r.ProbeInterval == 0 {
 		r.ProbeInterval = 100 * time.Millisecond
 	}
-	opts := controllers.ManagerOptions(r.NodeName)
-	if r.ReadyContainer != "" {
-		controllers.PodCacheOptions(&opts.Cache, r.Pod)
-	}
-	if len(r.RequireResourceSlices) > 0 {
-		controllers.ResourceSliceCacheOptions(&opts.Cache, r.NodeName)
-	}
+	opts := r.ManagerOptions()
 	opts.Logger = logger
 	expectations.StartManager(restCfg, opts, r.SetupWithManager)
 }

@@ -154,17 +154,18 @@ func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleet
 		cfg := rest.CopyConfig(e.cfg)
 		cfg.QPS, cfg.Burst = 0, 0
 		cfg.WrapTransport = cnt.wrap
-		// The binary's own manager options, as an agent inside this process.
-		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(controllers.ManagerOptions(name)))
-		if err != nil {
-			return res, err
-		}
 		gate, err := controllers.NewCSIGate(socket, 3*time.Second)
 		if err != nil {
 			return res, err
 		}
 		defer func() { _ = gate.Close() }()
-		if err := (&controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true}).SetupWithManager(mgr); err != nil {
+		r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true}
+		// The binary's own manager options, as an agent inside this process.
+		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
+		if err != nil {
+			return res, err
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
 			return res, err
 		}
 		mgrs = append(mgrs, mgr)

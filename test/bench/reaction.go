@@ -83,12 +83,12 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	if err != nil {
 		return nil, err
 	}
+	r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}
 	// The binary's own manager options, as an agent inside this process.
-	mgr, err := ctrl.NewManager(e.cfg, expectations.InProcess(controllers.ManagerOptions(name)))
+	mgr, err := ctrl.NewManager(e.cfg, expectations.InProcess(r.ManagerOptions()))
 	if err != nil {
 		return nil, err
 	}
-	r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

@@ -183,7 +183,7 @@ func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, con
 	for _, f := range configure {
 		f(r)
 	}
-	return expectations.StartManager(c, controllers.ManagerOptions(node), r.SetupWithManager)
+	return expectations.StartManager(c, r.ManagerOptions(), r.SetupWithManager)
 }
 
 // agentConfig is a REST config that acts as a's pod on node.
