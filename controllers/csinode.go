@@ -10,9 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // gateCSINode names the CSINode registration gate in logs, events and metrics.
@@ -33,14 +30,10 @@ type csiNodeGate struct {
 
 // check returns why the gate does not pass, or nil and the time since when it has passed.
 func (g *csiNodeGate) check(ctx context.Context, now time.Time) (*gateError, time.Time) {
-	gerr := g.registered(ctx)
-	g.log.update(log.FromContext(ctx), gateCSINode, gerr)
-	if gerr != nil {
-		metrics.GateReady.WithLabelValues(gateCSINode).Set(0)
+	if gerr := g.log.report(ctx, gateCSINode, g.registered(ctx)); gerr != nil {
 		g.since = time.Time{}
 		return gerr, time.Time{}
 	}
-	metrics.GateReady.WithLabelValues(gateCSINode).Set(1)
 	if g.since.IsZero() {
 		g.since = now
 	}
