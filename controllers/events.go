@@ -106,6 +106,12 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
 }
 
+// reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
+// controller-runtime.
+func (r *NodeReconciler) reportRetaintFailure(spec TaintSpec, err error) {
+	metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
+}
+
 // reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
 // log line.
 func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {

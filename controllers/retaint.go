@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
@@ -58,7 +56,7 @@ func (r *NodeReconciler) retaint(ctx context.Context, node *corev1.Node, v verdi
 	}
 	added, err := r.addTaint(ctx, node, corev1.Taint{Key: spec.Key, Effect: spec.Effect})
 	if err != nil {
-		metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
+		r.reportRetaintFailure(spec, err)
 		return ctrl.Result{}, fmt.Errorf("putting startup taint %s back on node %s: %w", spec, node.Name, err)
 	}
 	if !added {
