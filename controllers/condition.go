@@ -40,16 +40,16 @@ func ValidateConditionType(t string) error {
 	return nil
 }
 
-// publishCondition writes the verdict as the Node's ConditionType condition when it differs from
+// publishCondition writes the group's verdict as its ConditionType condition when it differs from
 // the condition on the Node and from the one this process wrote last. Nothing is written before
 // the gates have been probed, so a restarted agent does not report False for a moment.
-func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, notReady *gateError) error {
-	if r.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == reasonNotProbed {
+func (r *NodeReconciler) publishCondition(ctx context.Context, g *group, node *corev1.Node, notReady *gateError) error {
+	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == reasonNotProbed {
 		return nil
 	}
-	want := r.condition(notReady)
+	want := condition(g.ConditionType, notReady)
 	current := findCondition(node.Status.Conditions, want.Type)
-	if sameCondition(current, &want) || r.state.conditionWritten(&want) {
+	if sameCondition(current, &want) || g.state.conditionWritten(&want) {
 		return nil
 	}
 	now := metav1.NewTime(r.Clock.Now())
@@ -71,13 +71,13 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 	if err != nil {
 		return fmt.Errorf("writing condition %s of node %s: %w", want.Type, node.Name, err)
 	}
-	r.state.recordCondition(&want)
+	g.state.recordCondition(&want)
 	return nil
 }
 
-// condition is the verdict as a condition, without its times.
-func (r *NodeReconciler) condition(notReady *gateError) corev1.NodeCondition {
-	c := corev1.NodeCondition{Type: corev1.NodeConditionType(r.ConditionType)}
+// condition is the verdict as a condition of type t, without its times.
+func condition(t string, notReady *gateError) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: corev1.NodeConditionType(t)}
 	if notReady == nil {
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionReasonGatesPass, "Every readiness gate passes"
 		return c

@@ -36,7 +36,7 @@ func TestTheConditionIsWrittenOncePerChangeAndLeavesKubeletsAlone(t *testing.T) 
 		LastHeartbeatTime: metav1.NewTime(testStart), LastTransitionTime: metav1.NewTime(testStart)}
 	node.Status.Conditions = []corev1.NodeCondition{kubelets}
 	e := newEpisodeTest(t, node, countStatusPatches(&writes))
-	e.r.ConditionType = testConditionType
+	e.set(func(r *NodeReconciler) { r.ConditionType = testConditionType })
 
 	condition := func() corev1.NodeCondition {
 		t.Helper()

@@ -28,9 +28,9 @@ type containerGate struct {
 	log gateLog
 }
 
-// check returns why the gate does not pass, or nil.
-func (g *containerGate) check(ctx context.Context) *gateError {
-	return g.log.report(ctx, gateContainer, g.ready(ctx))
+// check returns why the gate of group does not pass, or nil.
+func (g *containerGate) check(ctx context.Context, group string) *gateError {
+	return g.log.report(ctx, group, gateContainer, g.ready(ctx))
 }
 
 func (g *containerGate) ready(ctx context.Context) *gateError {

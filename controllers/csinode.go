@@ -28,9 +28,9 @@ type csiNodeGate struct {
 	since time.Time // when the gate was first seen passing; zero while it does not
 }
 
-// check returns why the gate does not pass, or nil and the time since when it has passed.
-func (g *csiNodeGate) check(ctx context.Context, now time.Time) (*gateError, time.Time) {
-	if gerr := g.log.report(ctx, gateCSINode, g.registered(ctx)); gerr != nil {
+// check returns why the gate of group does not pass, or nil and the time since when it has passed.
+func (g *csiNodeGate) check(ctx context.Context, group string, now time.Time) (*gateError, time.Time) {
+	if gerr := g.log.report(ctx, group, gateCSINode, g.registered(ctx)); gerr != nil {
 		g.since = time.Time{}
 		return gerr, time.Time{}
 	}

@@ -73,7 +73,7 @@ func TestAFileIsSeenAtOnceWithoutWaitingForAProbeTick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProber([]Gate{g}, time.Hour, "n1", clock.RealClock{})
+	p := newProber([]Gate{g}, time.Hour, "n1", "", clock.RealClock{})
 	var done <-chan error
 	// Registered first, so it runs after startRunnable has stopped the prober.
 	t.Cleanup(func() {

@@ -52,7 +52,7 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = gate.Close() }()
-	p := newProber([]Gate{gate}, time.Hour, "n1", clock.RealClock{})
+	p := newProber([]Gate{gate}, time.Hour, "n1", "", clock.RealClock{})
 	ctx := context.Background()
 
 	probe := func(want string) {

@@ -74,7 +74,9 @@ const (
 //
 //	err := (&controllers.NodeReconciler{NodeName: node, CSI: gate}).SetupWithManager(mgr)
 //
-// That manager's cache should hold only this node's objects; see CacheOptions.
+// That manager's cache should hold only this node's objects; see CacheOptions. The fields from
+// Taints to RequireResourceSlices, and ConditionType, describe one group of taints and gates;
+// Groups holds several instead.
 type NodeReconciler struct {
 	// Client reads from the manager's cache and writes the patch. Set by SetupWithManager when nil.
 	Client client.Client
@@ -102,8 +104,6 @@ type NodeReconciler struct {
 	// agent's own Pod is ready, as kubelet's readiness probe says. It needs Pod, and the manager's
 	// cache must hold that Pod (see CacheOptions).
 	ReadyContainer string
-	// Pod is the agent's own Pod, for ReadyContainer.
-	Pod types.NamespacedName
 	// RequireResources is a gate that passes while the Node's status.allocatable has at least the
 	// given amount of each resource, as a device plugin advertises it through kubelet.
 	RequireResources []ResourceRequirement
@@ -111,19 +111,29 @@ type NodeReconciler struct {
 	// drivers has published a ResourceSlice for this node with at least one device. The manager's
 	// cache must hold this node's slices (see CacheOptions).
 	RequireResourceSlices []string
+	// ConditionType, when set, publishes the gates' verdict as a Node condition of this type,
+	// written to the Node's status when it changes. See ValidateConditionType.
+	ConditionType string
+
+	// Groups, when set, are several independent groups of startup taints and their gates, each
+	// removed as soon as its own gates pass; it replaces the single group's fields above, which
+	// must then be empty. All groups share one cache of the Node, and each reconcile sends at most
+	// one patch for all of them.
+	Groups []Group
+
+	// Pod is the agent's own Pod, for ReadyContainer.
+	Pod types.NamespacedName
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
 	// has passed, the startup taints are removed even though a gate does not pass, for clusters
 	// that prefer a usable node with a broken agent to a node that never schedules.
 	MaxWait time.Duration
-	// RetaintAfter, when positive, turns on continuous mode: once no startup taint is on the Node
-	// and a gate has not passed for this long without interruption, RetaintSpec(Taints) goes back
-	// on, and it comes off again once every gate has passed for as long. It needs Taints.
+	// RetaintAfter, when positive, turns on continuous mode: once no startup taint of a group is on
+	// the Node and one of its gates has not passed for this long without interruption,
+	// RetaintSpec(the group's Taints) goes back on, and it comes off again once every gate of the
+	// group has passed for as long. It needs Taints in every group.
 	RetaintAfter time.Duration
-	// ConditionType, when set, publishes the gates' verdict as a Node condition of this type,
-	// written to the Node's status when it changes. See ValidateConditionType.
-	ConditionType string
 	// DryRun evaluates everything and never writes to the Node: where it would remove the startup
 	// taints, or put one back, it reports that instead, once per episode, so it can run beside
 	// another remover.
@@ -138,29 +148,25 @@ type NodeReconciler struct {
 	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
 	Clock clock.WithTicker
 
-	prober    *prober
-	csiNode   *csiNodeGate
-	container *containerGate
-	resources *resourceGate
-	slices    *resourceSliceGate
-	state     nodeState
+	groups []*group
 }
 
 // CacheOptions restricts a manager's cache to what r reads, so the cost of each agent does not
 // grow with the size of the cluster: the Node and CSINode of r's node, the agent's own Pod with
-// ReadyContainer, and the node's ResourceSlices with RequireResourceSlices.
+// ReadyContainer, and the node's ResourceSlices with RequireResourceSlices (in any group).
 func (r *NodeReconciler) CacheOptions() cache.Options {
 	byName := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Node{}:       byName,
 		&storagev1.CSINode{}: byName,
 	}}
-	if r.ReadyContainer != "" {
+	groups := r.configuredGroups()
+	if slices.ContainsFunc(groups, func(g Group) bool { return g.ReadyContainer != "" }) {
 		opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{
 			r.Pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", r.Pod.Name)},
 		}}
 	}
-	if len(r.RequireResourceSlices) > 0 {
+	if slices.ContainsFunc(groups, func(g Group) bool { return len(g.RequireResourceSlices) > 0 }) {
 		opts.ByObject[&resourcev1.ResourceSlice{}] = cache.ByObject{
 			Field: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, r.NodeName),
 		}
@@ -187,7 +193,7 @@ func RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	return m, nil
 }
 
-// SetupWithManager validates the reconciler's fields and adds it, with its prober, to mgr.
+// SetupWithManager validates the reconciler's fields and adds it, with its probers, to mgr.
 func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.validate(); err != nil {
 		return err
@@ -202,8 +208,10 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Recorder = mgr.GetEventRecorder(EventSource)
 	}
 	r.build()
-	if err := mgr.Add(r.prober); err != nil {
-		return fmt.Errorf("adding the readiness prober: %w", err)
+	for _, g := range r.groups {
+		if err := mgr.Add(g.prober); err != nil {
+			return fmt.Errorf("adding the readiness prober: %w", err)
+		}
 	}
 	if c := r.Confinement; c != nil {
 		if c.Client == nil {
@@ -227,7 +235,6 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("startup-taint").
 		For(&corev1.Node{}, builder.WithPredicates(thisNode, r.nodeChanged())).
-		WatchesRawSource(source.Channel(r.prober.events, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryInterval),
 			// A node agent waits for the API server however long it is away; giving up after the
@@ -237,51 +244,40 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// manager's defaults cannot raise it.
 			MaxConcurrentReconciles: 1,
 		})
-	if r.RequireCSINode {
+	for _, g := range r.groups {
+		b = b.WatchesRawSource(source.Channel(g.prober.events, &handler.EnqueueRequestForObject{}))
+	}
+	if r.anyGroup(func(g *group) bool { return g.RequireCSINode }) {
 		// The CSINode shares its Node's name, so its events map to that Node's request.
 		b = b.Watches(&storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(thisNode))
 	}
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
-	if r.ReadyContainer != "" {
+	if r.anyGroup(func(g *group) bool { return g.ReadyContainer != "" }) {
 		thisPod := predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetName() == r.Pod.Name && o.GetNamespace() == r.Pod.Namespace
 		})
 		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(thisPod))
 	}
-	if len(r.RequireResourceSlices) > 0 {
+	if r.anyGroup(func(g *group) bool { return len(g.RequireResourceSlices) > 0 }) {
 		b = b.Watches(&resourcev1.ResourceSlice{}, toNode)
 	}
 	return b.Complete(r)
 }
 
-// build makes the reconciler's parts from its fields, once Client and Recorder are set.
+// build makes the reconciler's groups from its fields, once Client and Recorder are set.
 func (r *NodeReconciler) build() {
 	interval := r.ProbeInterval
 	if interval <= 0 {
 		interval = DefaultProbeInterval
 	}
-	var gates []Gate
-	if r.CSI != nil {
-		gates = append(gates, r.CSI)
-	}
-	gates = append(gates, r.Gates...)
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.prober = newProber(gates, interval, r.NodeName, r.Clock)
-	if r.RequireCSINode {
-		r.csiNode = &csiNodeGate{reader: r.Client, node: r.NodeName, driver: r.CSI.DriverName, requireAllocatable: r.RequireAllocatable}
-	}
-	if r.ReadyContainer != "" {
-		r.container = &containerGate{reader: r.Client, pod: r.Pod, container: r.ReadyContainer}
-	}
-	if len(r.RequireResources) > 0 {
-		r.resources = &resourceGate{required: r.RequireResources}
-	}
-	if len(r.RequireResourceSlices) > 0 {
-		r.slices = &resourceSliceGate{reader: r.Client, node: r.NodeName, drivers: r.RequireResourceSlices}
+	r.groups = nil
+	for _, cfg := range r.configuredGroups() {
+		r.groups = append(r.groups, r.buildGroup(cfg, interval))
 	}
 }
 
@@ -289,63 +285,26 @@ func (r *NodeReconciler) validate() error {
 	switch {
 	case r.NodeName == "":
 		return errors.New("NodeReconciler: NodeName is required")
-	case r.CSI == nil && len(r.Gates) == 0 && r.ReadyContainer == "" && len(r.RequireResources) == 0 && len(r.RequireResourceSlices) == 0:
-		return errors.New("NodeReconciler: at least one readiness gate is required " +
-			"(CSI, Gates, ReadyContainer, RequireResources or RequireResourceSlices)")
-	case r.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
-		return errors.New("NodeReconciler: ReadyContainer needs Pod, the agent's own Pod")
-	case r.CSI == nil && len(r.Taints) == 0:
-		return errors.New("NodeReconciler: Taints is required without a CSI driver to name the default taint")
-	case r.RequireCSINode && r.CSI == nil:
-		return errors.New("NodeReconciler: RequireCSINode needs CSI")
-	case r.RequireAllocatable && !r.RequireCSINode:
-		return errors.New("NodeReconciler: RequireAllocatable needs RequireCSINode")
 	case r.MaxWait < 0:
 		return errors.New("NodeReconciler: MaxWait is negative")
 	case r.RetaintAfter < 0:
 		return errors.New("NodeReconciler: RetaintAfter is negative")
-	case r.RetaintAfter > 0 && len(r.Taints) == 0:
-		return errors.New("NodeReconciler: RetaintAfter needs Taints, the first of which it puts back")
 	}
-	if r.ConditionType != "" {
-		if err := ValidateConditionType(r.ConditionType); err != nil {
-			return fmt.Errorf("NodeReconciler: ConditionType: %w", err)
-		}
-	}
-	return nil
+	return r.validateGroups()
 }
 
-// nodeChanged lets through node creations, and updates that change the taints or, with
-// RequireResources, the allocatable amount of a required resource. Kubelet's other status
-// updates and resyncs cannot change the outcome, so they cause no reconcile.
+// nodeChanged lets through node creations, and updates that change the taints or the allocatable
+// amount of a resource a group requires. Kubelet's other status updates and resyncs cannot change
+// the outcome, so they cause no reconcile.
 func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
-				r.resources != nil && r.resources.allocatableChanged(oldNode, newNode)
+				r.anyGroup(func(g *group) bool { return g.resources != nil && g.resources.allocatableChanged(oldNode, newNode) })
 		},
 	}
-}
-
-// taintSpecs returns the configured specs, with the taint continuous mode puts back when they do
-// not select it, or the CSI driver's default once its name is known.
-func (r *NodeReconciler) taintSpecs() []TaintSpec {
-	if len(r.Taints) > 0 {
-		if r.RetaintAfter <= 0 {
-			return r.Taints
-		}
-		retaint := RetaintSpec(r.Taints)
-		if len(MatchingTaints([]corev1.Taint{{Key: retaint.Key, Effect: retaint.Effect}}, r.Taints)) > 0 {
-			return r.Taints
-		}
-		return append(slices.Clip(r.Taints), retaint)
-	}
-	if name := r.CSI.DriverName(); name != "" {
-		return []TaintSpec{DefaultTaintSpec(name)}
-	}
-	return nil
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -361,83 +320,125 @@ func (r *NodeReconciler) taintSpecs() []TaintSpec {
 // confines these events to the agent's own Node instead.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile removes the startup taints from the node when all readiness gates pass: observe the
-// taints, check the gates (and publish the verdict as a condition, with ConditionType), patch,
-// report. With no startup taint on the node, continuous mode may put one back instead.
+// Reconcile removes each group's startup taints from the node when all the group's readiness
+// gates pass: observe the taints, check the gates (and publish the verdict as a condition, with
+// ConditionType), patch, report. With none of a group's startup taints on the node, continuous
+// mode may put one back instead. Every group's change goes in one patch.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	specs := r.taintSpecs()
-	if len(specs) == 0 {
-		log.FromContext(ctx).V(4).Info("waiting for the CSI driver's name to know its startup taint")
-		return ctrl.Result{}, nil
-	}
 	now := r.Clock.Now()
-	obs := r.state.observe(node, specs, r.retaintKey(), now)
-	r.reportObservation(ctx, specs, obs)
-
-	notReady, readySince := r.checkGates(ctx, node, now)
-	v := r.state.judge(notReady, readySince, now)
-	conditionErr := r.publishCondition(ctx, node, notReady)
-	var res ctrl.Result
-	var err error
-	if len(obs.held) == 0 {
-		res, err = r.retaint(ctx, node, v)
-	} else {
-		res, err = r.untaint(ctx, node, specs, obs, v, readySince)
+	plans := make([]*plan, 0, len(r.groups))
+	var errs []error
+	for _, g := range r.groups {
+		p, err := r.decide(g.logContext(ctx), g, node, now)
+		errs = append(errs, err)
+		if p != nil {
+			plans = append(plans, p)
+		}
 	}
-	return res, errors.Join(err, conditionErr)
+	r.write(ctx, node, slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() }))
+	var res ctrl.Result
+	for _, p := range plans {
+		requeue, err := r.outcome(p.g.logContext(ctx), node, p)
+		errs = append(errs, err)
+		if requeue > 0 && (res.RequeueAfter == 0 || requeue < res.RequeueAfter) {
+			res.RequeueAfter = requeue
+		}
+	}
+	return res, errors.Join(errs...)
 }
 
-// untaint removes the startup taints the Node holds once the gates pass, or once MaxWait has
-// passed, and reports the outcome.
-func (r *NodeReconciler) untaint(ctx context.Context, node *corev1.Node, specs []TaintSpec, obs observation, v verdict,
-	readySince time.Time) (ctrl.Result, error) {
+// decide observes the group's taints, checks its gates, publishes its condition and decides what
+// to change: nil when the group's taints are not known yet.
+func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node, now time.Time) (*plan, error) {
+	specs := g.taintSpecs(r.RetaintAfter)
+	if len(specs) == 0 {
+		log.FromContext(ctx).V(4).Info("waiting for the CSI driver's name to know its startup taint")
+		return nil, nil
+	}
+	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
+	r.reportObservation(ctx, specs, obs)
+
+	notReady, readySince := g.checkGates(ctx, node, now)
+	p := &plan{g: g, specs: specs, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince}
+	conditionErr := r.publishCondition(ctx, g, node, notReady)
+	if len(obs.held) == 0 {
+		r.planRetaint(ctx, node, p)
+	} else {
+		r.planRemoval(ctx, node, p)
+	}
+	return p, conditionErr
+}
+
+// planRemoval decides whether the startup taints the group holds go now: once its gates pass, or
+// once MaxWait has passed. Until then it reports the wait, and asks to be called again at the
+// deadline or when a taint that came back has been held long enough.
+func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *plan) {
 	now := r.Clock.Now()
-	notReady := v.notReady
+	notReady := p.v.notReady
 	// Never forced before the gates have been probed once: a restarted agent would otherwise
 	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
 	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
-	forced := notReady != nil && notReady.reason != reasonNotProbed && !obs.again && r.deadlinePassed(node, now)
-	if notReady != nil && !forced {
+	p.forced = notReady != nil && notReady.reason != reasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
+	if notReady != nil && !p.forced {
 		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
-		r.reportWaiting(ctx, node, notReady, r.state.firstWait(notReady))
-		return ctrl.Result{RequeueAfter: r.untilDeadline(node, now)}, nil
+		r.reportWaiting(ctx, node, notReady, p.g.state.firstWait(notReady))
+		p.requeue = r.untilDeadline(node, now)
+		return
 	}
-	if hold := r.holdFor(obs, v); hold > 0 {
+	if hold := r.holdFor(p.obs, p.v); hold > 0 {
 		log.FromContext(ctx).V(4).Info("holding a startup taint that came back until the gates have passed long enough", "for", hold.String())
-		return ctrl.Result{RequeueAfter: hold}, nil
+		p.requeue = hold
+		return
 	}
-
 	if r.DryRun {
-		if r.state.firstWouldRemove() {
-			r.reportWouldRemove(ctx, node, obs.held, specsSelecting(obs.held, specs), notReady)
+		if p.g.state.firstWouldRemove() {
+			r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), notReady)
 		}
-		return ctrl.Result{}, nil
+		return
 	}
-	removed, err := r.removeTaints(ctx, node, specs)
-	if err != nil {
-		f := r.state.recordFailure(failureClass(err))
-		r.reportFailure(ctx, node, specsSelecting(obs.held, specs), f, err)
+	p.remove = true
+}
+
+// outcome records and reports what the write did for the plan's group, and returns when to
+// reconcile again and the error to retry with.
+func (r *NodeReconciler) outcome(ctx context.Context, node *corev1.Node, p *plan) (time.Duration, error) {
+	switch {
+	case p.remove:
+		return r.removalOutcome(ctx, node, p)
+	case p.retaint != nil:
+		return 0, r.retaintOutcome(ctx, node, p)
+	}
+	return p.requeue, nil
+}
+
+// removalOutcome records and reports the removal of the group's taints, or its failure.
+func (r *NodeReconciler) removalOutcome(ctx context.Context, node *corev1.Node, p *plan) (time.Duration, error) {
+	if p.err != nil {
+		err := fmt.Errorf("removing startup taints from node %s: %w", node.Name, p.err)
+		f := p.g.state.recordFailure(failureClass(err))
+		r.reportFailure(ctx, node, specsSelecting(p.obs.held, p.specs), f, err)
 		if f.result != metrics.ResultForbidden {
-			return ctrl.Result{}, err
+			return 0, err
 		}
 		// A forbidden patch does not heal by itself: it is retried on a backoff of its own,
 		// without the log line controller-runtime writes for every returned error.
-		return ctrl.Result{RequeueAfter: f.retryAfter}, nil
+		return f.retryAfter, nil
 	}
+	removed := p.removed()
 	if len(removed) == 0 {
-		return ctrl.Result{}, nil // already gone, or the Node was deleted meanwhile
+		return 0, nil // already gone, or the Node was deleted meanwhile
 	}
-	rem := r.state.recordRemoval(node, removed, specsSelecting(removed, specs), readySince, r.Clock.Now())
-	if forced {
-		rem.unready = notReady
+	rem := p.g.state.recordRemoval(node, removed, specsSelecting(removed, p.specs), p.readySince, r.Clock.Now())
+	if p.forced {
+		rem.unready = p.v.notReady
 	}
 	r.reportRemoval(ctx, node, rem)
-	return ctrl.Result{}, nil
+	return 0, nil
 }
 
 // deadlinePassed reports whether MaxWait is set and has passed since the Node's creation.
@@ -453,39 +454,6 @@ func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Du
 	return node.CreationTimestamp.Add(r.MaxWait).Sub(now)
 }
 
-// checkGates returns the first gate that does not pass, or nil and the time since when all pass.
-// It evaluates every gate, so the gate metrics stay current.
-func (r *NodeReconciler) checkGates(ctx context.Context, node *corev1.Node, now time.Time) (*gateError, time.Time) {
-	local, since := r.prober.notReady()
-	var csiNodeErr, containerErr, resourceErr, sliceErr *gateError
-	if r.csiNode != nil {
-		var csiNodeSince time.Time
-		csiNodeErr, csiNodeSince = r.csiNode.check(ctx, now)
-		since = maxTime(since, csiNodeSince)
-	}
-	if r.container != nil {
-		containerErr = r.container.check(ctx)
-	}
-	if r.resources != nil {
-		resourceErr = r.resources.check(ctx, node)
-	}
-	if r.slices != nil {
-		sliceErr = r.slices.check(ctx)
-	}
-	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil && sliceErr == nil {
-		// Only the local gates hold the taint now that something changed (kubelet registered the
-		// driver, the taint came back): the driver may have turned ready since the last tick, so
-		// probe it now rather than up to an interval later.
-		r.prober.probeNow()
-	}
-	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr, sliceErr} {
-		if gerr != nil {
-			return gerr, time.Time{}
-		}
-	}
-	return nil, since
-}
-
 // failureClass sorts a failed patch into a metrics.Result* class.
 func failureClass(err error) string {
 	switch {
@@ -495,34 +463,6 @@ func failureClass(err error) string {
 		return metrics.ResultForbidden
 	}
 	return metrics.ResultError
-}
-
-// removeTaints patches the matching taints away and returns the ones it removed. A taint that is
-// already gone counts as success, and a Node that no longer exists is not an error.
-func (r *NodeReconciler) removeTaints(ctx context.Context, node *corev1.Node, specs []TaintSpec) ([]corev1.Taint, error) {
-	orig, err := r.patchTaints(ctx, node, func(n *corev1.Node) {
-		selecting := specsSelecting(n.Spec.Taints, specs)
-		if len(selecting) == 0 {
-			return
-		}
-		// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
-		n.Spec.Taints = WithoutTaints(n.Spec.Taints, specs)
-	}, func(orig *corev1.Node) {
-		for _, spec := range specsSelecting(orig.Spec.Taints, specs) {
-			metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("removing startup taints from node %s: %w", node.Name, err)
-	}
-	if orig == nil {
-		return nil, nil
-	}
-	return MatchingTaints(orig.Spec.Taints, specs), nil
 }
 
 // patchTaints applies change to node and sends the result, when its taints differ, as a merge

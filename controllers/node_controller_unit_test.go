@@ -48,8 +48,15 @@ func newTestReconciler(t *testing.T, c client.Client, gates ...Gate) *NodeReconc
 		t.Fatal(err)
 	}
 	r.build()
-	r.prober.probeOnce(context.Background())
+	probe(r)
 	return r
+}
+
+// probe probes the local gates of every group of r once.
+func probe(r *NodeReconciler) {
+	for _, g := range r.groups {
+		g.prober.probeOnce(context.Background())
+	}
 }
 
 // nodeRequest asks to reconcile the unit tests' Node, n1.
@@ -163,7 +170,7 @@ func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 		} else {
 			gate.err = context.DeadlineExceeded
 		}
-		r.prober.probeOnce(context.Background())
+		probe(r)
 		if err := reconcileNode(t, r); err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ type prober struct {
 	gates    []Gate
 	interval time.Duration
 	node     string
+	group    string // the gates' group's name, for logs and metric labels
 	clock    clock.WithTicker
 	events   chan event.GenericEvent
 	kick     chan struct{}
@@ -31,11 +32,12 @@ type prober struct {
 	readySince time.Time // when every local gate last started passing; zero while one does not
 }
 
-func newProber(gates []Gate, interval time.Duration, node string, clk clock.WithTicker) *prober {
+func newProber(gates []Gate, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
 	return &prober{
 		gates:    gates,
 		interval: interval,
 		node:     node,
+		group:    group,
 		clock:    clk,
 		// One pending event is enough: the reconcile it causes reads the latest status.
 		events: make(chan event.GenericEvent, 1),
@@ -90,6 +92,9 @@ func (p *prober) NeedLeaderElection() bool { return false }
 
 func (p *prober) probeOnce(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("node", p.node)
+	if p.group != "" {
+		logger = logger.WithValues("group", p.group)
+	}
 	next := make([]*gateError, len(p.gates))
 	for i, g := range p.gates {
 		start := p.clock.Now()
@@ -97,13 +102,14 @@ func (p *prober) probeOnce(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing about the agent
 		}
-		metrics.ProbeDuration.WithLabelValues(g.Name()).Observe(p.clock.Since(start).Seconds())
+		label := gateLabel(p.group, g.Name())
+		metrics.ProbeDuration.WithLabelValues(label).Observe(p.clock.Since(start).Seconds())
 		if err != nil {
 			next[i] = &gateError{gate: g.Name(), reason: reasonClass(err), err: err}
-			metrics.ProbeErrors.WithLabelValues(g.Name(), next[i].reason).Inc()
-			metrics.GateReady.WithLabelValues(g.Name()).Set(0)
+			metrics.ProbeErrors.WithLabelValues(label, next[i].reason).Inc()
+			metrics.GateReady.WithLabelValues(label).Set(0)
 		} else {
-			metrics.GateReady.WithLabelValues(g.Name()).Set(1)
+			metrics.GateReady.WithLabelValues(label).Set(1)
 		}
 	}
 

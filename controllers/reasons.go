@@ -32,10 +32,33 @@ type gateError struct {
 	gate   string
 	reason string
 	err    error
+	// group is the name of the gate's group, when it has one.
+	group string
 }
 
-func (e *gateError) Error() string { return fmt.Sprintf("%s gate: %v", e.gate, e.err) }
+func (e *gateError) Error() string {
+	if e.group != "" {
+		return fmt.Sprintf("%s gate of group %s: %v", e.gate, e.group, e.err)
+	}
+	return fmt.Sprintf("%s gate: %v", e.gate, e.err)
+}
 func (e *gateError) Unwrap() error { return e.err }
+
+// inGroup returns the error as group's; the gates share their results, so it is a copy.
+func (e *gateError) inGroup(group string) *gateError {
+	out := *e
+	out.group = group
+	return &out
+}
+
+// gateLabel is a gate's metric label: its name, after its group's when it has one ("efs/csi"),
+// so two groups' CSI gates are two series and a lone group's are as they always were.
+func gateLabel(group, gate string) string {
+	if group == "" {
+		return gate
+	}
+	return group + "/" + gate
+}
 
 // key identifies the state for deduplicating logs and events.
 func (e *gateError) key() string { return e.gate + "/" + e.reason }
@@ -67,11 +90,11 @@ func (l *gateLog) update(logger logr.Logger, gate string, gerr *gateError) bool 
 	return true
 }
 
-// report records the result of a gate the reconcile checks itself: it logs a change (update) and
-// sets the gate's metric, and returns gerr.
-func (l *gateLog) report(ctx context.Context, gate string, gerr *gateError) *gateError {
+// report records the result of a gate of group that the reconcile checks itself: it logs a
+// change (update) and sets the gate's metric, and returns gerr.
+func (l *gateLog) report(ctx context.Context, group, gate string, gerr *gateError) *gateError {
 	l.update(log.FromContext(ctx), gate, gerr)
-	metrics.GateReady.WithLabelValues(gate).Set(boolToFloat(gerr == nil))
+	metrics.GateReady.WithLabelValues(gateLabel(group, gate)).Set(boolToFloat(gerr == nil))
 	return gerr
 }
 

@@ -56,8 +56,8 @@ type resourceGate struct {
 	log      gateLog
 }
 
-// check returns why the gate does not pass for node, or nil.
-func (g *resourceGate) check(ctx context.Context, node *corev1.Node) *gateError {
+// check returns why the gate of group does not pass for node, or nil.
+func (g *resourceGate) check(ctx context.Context, group string, node *corev1.Node) *gateError {
 	var gerr *gateError
 	for _, q := range g.required {
 		have := node.Status.Allocatable[q.Name]
@@ -67,7 +67,7 @@ func (g *resourceGate) check(ctx context.Context, node *corev1.Node) *gateError 
 			break
 		}
 	}
-	return g.log.report(ctx, gateResource, gerr)
+	return g.log.report(ctx, group, gateResource, gerr)
 }
 
 // allocatableChanged reports whether the amount of any required resource differs between the

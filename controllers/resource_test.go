@@ -55,7 +55,7 @@ func TestTheResourceGateReadsAllocatable(t *testing.T) {
 		{"2", ""},
 		{"8", ""},
 	} {
-		gerr := g.check(context.Background(), node(tt.gpu, "4"))
+		gerr := g.check(context.Background(), "", node(tt.gpu, "4"))
 		got := ""
 		if gerr != nil {
 			got = gerr.reason

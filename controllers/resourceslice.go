@@ -27,9 +27,9 @@ type resourceSliceGate struct {
 	log gateLog
 }
 
-// check returns why the gate does not pass, or nil.
-func (g *resourceSliceGate) check(ctx context.Context) *gateError {
-	return g.log.report(ctx, gateResourceSlice, g.published(ctx))
+// check returns why the gate of group does not pass, or nil.
+func (g *resourceSliceGate) check(ctx context.Context, group string) *gateError {
+	return g.log.report(ctx, group, gateResourceSlice, g.published(ctx))
 }
 
 func (g *resourceSliceGate) published(ctx context.Context) *gateError {

@@ -41,7 +41,7 @@ func (e *episodeTest) node() *corev1.Node {
 
 func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlapping(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-r1", startup, foreign))
-	e.r.Taints, e.r.RetaintAfter = retaintSpecs, 30*time.Second
+	e.set(func(r *NodeReconciler) { r.Taints, r.RetaintAfter = retaintSpecs, 30*time.Second })
 	added := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded))
 	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
 	e.ready(true)
@@ -133,7 +133,9 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	node := testNode("uid-r3", foreign, retaintTaint)
 	node.Annotations = map[string]string{RemovedAnnotation: "example.com/agent-not-ready:NoExecute"}
 	e := newEpisodeTest(t, node)
-	e.r.Taints, e.r.RetaintAfter, e.r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
+	e.set(func(r *NodeReconciler) {
+		r.Taints, r.RetaintAfter, r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
+	})
 	e.clock.Step(time.Hour)
 	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
 	e.reconcile()
@@ -162,7 +164,7 @@ func TestDryRunReportsTheRetaintOncePerOutageAndNeverPatches(t *testing.T) {
 			return errors.New("a dry run must not patch")
 		},
 	})
-	e.r.Taints, e.r.RetaintAfter, e.r.DryRun = retaintSpecs, 30*time.Second, true
+	e.set(func(r *NodeReconciler) { r.Taints, r.RetaintAfter, r.DryRun = retaintSpecs, 30*time.Second, true })
 	would := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun))
 	for range 2 {
 		e.ready(false)

@@ -65,7 +65,17 @@ func (e *episodeTest) ready(ready bool) {
 	if !ready {
 		e.gate.err = errNotReady
 	}
-	e.r.prober.probeOnce(context.Background())
+	probe(e.r)
+}
+
+// set changes the reconciler's fields before its first reconcile, and builds and probes it again.
+func (e *episodeTest) set(change func(*NodeReconciler)) {
+	change(e.r)
+	if err := e.r.validate(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.r.build()
+	probe(e.r)
 }
 
 // reconcile reconciles the Node and returns the requeue it asked for.

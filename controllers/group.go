@@ -1,0 +1,225 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Group is one set of startup taints and the readiness gates that hold them. A node often runs
+// several agents, each with its own startup taint (a disk and a file CSI driver, a CNI agent): one
+// reconciler can serve them all, each group's taints removed as soon as that group's gates pass,
+// whatever the others' do. The fields mean what the NodeReconciler fields of the same names mean
+// for the single group it has when Groups is empty.
+type Group struct {
+	// Name identifies the group in logs, events and the gate label of the metrics ("ebs" gives
+	// "ebs/csi"); a DNS label, unique among the groups. It may be empty only for a lone group.
+	Name string
+	// Taints are the group's startup taints; see NodeReconciler.Taints.
+	Taints []TaintSpec
+	// CSI, RequireCSINode and RequireAllocatable are the group's CSI gates.
+	CSI                *CSIGate
+	RequireCSINode     bool
+	RequireAllocatable bool
+	// Gates are further local readiness checks.
+	Gates []Gate
+	// ReadyContainer names a container of the agent's own Pod (NodeReconciler.Pod).
+	ReadyContainer string
+	// RequireResources and RequireResourceSlices are the device plugin and DRA gates.
+	RequireResources      []ResourceRequirement
+	RequireResourceSlices []string
+	// ConditionType, when set, publishes this group's verdict as a Node condition of this type.
+	ConditionType string
+}
+
+// group is a Group at work: its gates' state and its episodes on the Node.
+type group struct {
+	Group
+	prober    *prober
+	csiNode   *csiNodeGate
+	container *containerGate
+	resources *resourceGate
+	slices    *resourceSliceGate
+	state     nodeState
+}
+
+// groups returns the reconciler's groups as configured: Groups, or the one group its own fields
+// describe.
+func (r *NodeReconciler) configuredGroups() []Group {
+	if len(r.Groups) > 0 {
+		return r.Groups
+	}
+	return []Group{{Taints: r.Taints, CSI: r.CSI, RequireCSINode: r.RequireCSINode, RequireAllocatable: r.RequireAllocatable,
+		Gates: r.Gates, ReadyContainer: r.ReadyContainer, RequireResources: r.RequireResources,
+		RequireResourceSlices: r.RequireResourceSlices, ConditionType: r.ConditionType}}
+}
+
+// usesGroupFields reports whether any of the fields that Groups replaces is set.
+func (r *NodeReconciler) usesGroupFields() bool {
+	return len(r.Taints) > 0 || r.CSI != nil || r.RequireCSINode || r.RequireAllocatable || len(r.Gates) > 0 ||
+		r.ReadyContainer != "" || len(r.RequireResources) > 0 || len(r.RequireResourceSlices) > 0 || r.ConditionType != ""
+}
+
+// validateGroups checks each group, and that no two groups share a name, a taint key or a
+// condition type: each taint must have one group whose gates decide it.
+func (r *NodeReconciler) validateGroups() error {
+	if len(r.Groups) > 0 && r.usesGroupFields() {
+		return errors.New("NodeReconciler: Groups replaces Taints, CSI, RequireCSINode, RequireAllocatable, Gates, " +
+			"ReadyContainer, RequireResources, RequireResourceSlices and ConditionType; set those in each group")
+	}
+	groups := r.configuredGroups()
+	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]bool{}
+	for i, g := range groups {
+		where := "NodeReconciler: "
+		if len(r.Groups) > 0 {
+			where = fmt.Sprintf("NodeReconciler: Groups[%d]: ", i)
+		}
+		if err := r.validateGroup(g); err != nil {
+			return fmt.Errorf("%s%w", where, err)
+		}
+		switch {
+		case len(groups) > 1 && len(validation.IsDNS1123Label(g.Name)) > 0:
+			return fmt.Errorf("%sName %q is not a DNS label (each of several groups needs one)", where, g.Name)
+		case names[g.Name]:
+			return fmt.Errorf("%sName %q is taken by another group", where, g.Name)
+		case g.ConditionType != "" && conditions[g.ConditionType]:
+			return fmt.Errorf("%sConditionType %q is another group's", where, g.ConditionType)
+		}
+		names[g.Name], conditions[g.ConditionType] = true, true
+		for _, spec := range g.Taints {
+			if other, ok := keys[spec.Key]; ok && other != g.Name {
+				return fmt.Errorf("%staint key %s is also group %q's: each taint has one group", where, spec.Key, other)
+			}
+			keys[spec.Key] = g.Name
+		}
+	}
+	return nil
+}
+
+// validateGroup checks one group's fields.
+func (r *NodeReconciler) validateGroup(g Group) error {
+	switch {
+	case g.CSI == nil && len(g.Gates) == 0 && g.ReadyContainer == "" && len(g.RequireResources) == 0 && len(g.RequireResourceSlices) == 0:
+		return errors.New("at least one readiness gate is required " +
+			"(CSI, Gates, ReadyContainer, RequireResources or RequireResourceSlices)")
+	case g.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
+		return errors.New("ReadyContainer needs Pod, the agent's own Pod")
+	case g.CSI == nil && len(g.Taints) == 0:
+		return errors.New("Taints is required without a CSI driver to name the default taint")
+	case g.RequireCSINode && g.CSI == nil:
+		return errors.New("RequireCSINode needs CSI")
+	case g.RequireAllocatable && !g.RequireCSINode:
+		return errors.New("RequireAllocatable needs RequireCSINode")
+	case r.RetaintAfter > 0 && len(g.Taints) == 0:
+		return errors.New("RetaintAfter needs Taints, the first of which it puts back")
+	}
+	if g.ConditionType != "" {
+		if err := ValidateConditionType(g.ConditionType); err != nil {
+			return fmt.Errorf("ConditionType: %w", err)
+		}
+	}
+	return nil
+}
+
+// buildGroup makes a group's gates, once the reconciler's Client and Clock are set.
+func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
+	g := &group{Group: cfg}
+	var gates []Gate
+	if g.CSI != nil {
+		gates = append(gates, g.CSI)
+	}
+	gates = append(gates, g.Gates...)
+	g.prober = newProber(gates, interval, r.NodeName, g.Name, r.Clock)
+	if g.RequireCSINode {
+		g.csiNode = &csiNodeGate{reader: r.Client, node: r.NodeName, driver: g.CSI.DriverName, requireAllocatable: g.RequireAllocatable}
+	}
+	if g.ReadyContainer != "" {
+		g.container = &containerGate{reader: r.Client, pod: r.Pod, container: g.ReadyContainer}
+	}
+	if len(g.RequireResources) > 0 {
+		g.resources = &resourceGate{required: g.RequireResources}
+	}
+	if len(g.RequireResourceSlices) > 0 {
+		g.slices = &resourceSliceGate{reader: r.Client, node: r.NodeName, drivers: g.RequireResourceSlices}
+	}
+	return g
+}
+
+// anyGroup reports whether any group has what has asks for.
+func (r *NodeReconciler) anyGroup(has func(*group) bool) bool {
+	return slices.ContainsFunc(r.groups, has)
+}
+
+// logContext adds the group's name to the logger in ctx, when it has one.
+func (g *group) logContext(ctx context.Context) context.Context {
+	if g.Name == "" {
+		return ctx
+	}
+	return log.IntoContext(ctx, log.FromContext(ctx).WithValues("group", g.Name))
+}
+
+// taintSpecs returns the group's specs, with the taint continuous mode puts back when they do
+// not select it, or the CSI driver's default once its name is known.
+func (g *group) taintSpecs(retaintAfter time.Duration) []TaintSpec {
+	if len(g.Taints) > 0 {
+		if retaintAfter <= 0 {
+			return g.Taints
+		}
+		retaint := RetaintSpec(g.Taints)
+		if len(MatchingTaints([]corev1.Taint{{Key: retaint.Key, Effect: retaint.Effect}}, g.Taints)) > 0 {
+			return g.Taints
+		}
+		return append(slices.Clip(g.Taints), retaint)
+	}
+	if name := g.CSI.DriverName(); name != "" {
+		return []TaintSpec{DefaultTaintSpec(name)}
+	}
+	return nil
+}
+
+// retaintKey is RetaintSpec's String in continuous mode, and empty otherwise.
+func (g *group) retaintKey(retaintAfter time.Duration) string {
+	if retaintAfter <= 0 {
+		return ""
+	}
+	return RetaintSpec(g.Taints).String()
+}
+
+// checkGates returns the group's first gate that does not pass, or nil and the time since when
+// all pass. It evaluates every gate, so the gate metrics stay current.
+func (g *group) checkGates(ctx context.Context, node *corev1.Node, now time.Time) (*gateError, time.Time) {
+	local, since := g.prober.notReady()
+	var csiNodeErr, containerErr, resourceErr, sliceErr *gateError
+	if g.csiNode != nil {
+		var csiNodeSince time.Time
+		csiNodeErr, csiNodeSince = g.csiNode.check(ctx, g.Name, now)
+		since = maxTime(since, csiNodeSince)
+	}
+	if g.container != nil {
+		containerErr = g.container.check(ctx, g.Name)
+	}
+	if g.resources != nil {
+		resourceErr = g.resources.check(ctx, g.Name, node)
+	}
+	if g.slices != nil {
+		sliceErr = g.slices.check(ctx, g.Name)
+	}
+	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil && sliceErr == nil {
+		// Only the local gates hold the taint now that something changed (kubelet registered the
+		// driver, the taint came back): the driver may have turned ready since the last tick, so
+		// probe it now rather than up to an interval later.
+		g.prober.probeNow()
+	}
+	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr, sliceErr} {
+		if gerr != nil {
+			return gerr.inGroup(g.Name), time.Time{}
+		}
+	}
+	return nil, since
+}

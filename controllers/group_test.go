@@ -1,0 +1,251 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// The two groups' taints in the group tests: a disk and a file driver's.
+var (
+	diskTaint = corev1.Taint{Key: "disk.example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	fileTaint = corev1.Taint{Key: "file.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+)
+
+// groupsTest drives a reconciler with two groups, disk and file, each with a gate the test flips.
+type groupsTest struct {
+	*episodeTest
+	disk, file *flipGate
+	patches    int
+}
+
+func newGroupsTest(t *testing.T, patch func(client.Object, client.Patch) error) *groupsTest {
+	t.Helper()
+	g := &groupsTest{disk: &flipGate{err: errNotReady}, file: &flipGate{err: errNotReady}}
+	g.episodeTest = newEpisodeTest(t, testNode("uid-g", diskTaint, foreign, fileTaint), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			g.patches++
+			if patch != nil {
+				if err := patch(obj, p); err != nil {
+					return err
+				}
+			}
+			return cl.Patch(ctx, obj, p, opts...)
+		},
+	})
+	g.set(func(r *NodeReconciler) {
+		r.Taints, r.Gates = nil, nil
+		r.Groups = []Group{
+			{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []Gate{g.disk}},
+			{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: []Gate{g.file}},
+		}
+	})
+	return g
+}
+
+// flip sets both gates' results and probes them.
+func (g *groupsTest) flip(disk, file bool) {
+	for gate, ready := range map[*flipGate]bool{g.disk: disk, g.file: file} {
+		gate.err = nil
+		if !ready {
+			gate.err = errNotReady
+		}
+	}
+	probe(g.r)
+}
+
+func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
+	g := newGroupsTest(t, nil)
+	g.reconcile()
+	expectEvents(t, g.events(),
+		"Normal WaitingForDriver Holding startup taints: flip gate of group disk: driver reports not ready",
+		"Normal WaitingForDriver Holding startup taints: flip gate of group file: driver reports not ready")
+	if got := testutil.ToFloat64(metrics.GateReady.WithLabelValues("file/flip")); got != 0 {
+		t.Fatalf(`startup_taint_gate_ready{gate="file/flip"} = %v, want 0`, got)
+	}
+
+	g.flip(false, true)
+	g.reconcile()
+	if got := g.taints(); !equalTaints(got, []corev1.Taint{diskTaint, foreign}) {
+		t.Fatalf("taints %v: want only the file group's gone", got)
+	}
+	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [file.example.com/agent-not-ready:NoSchedule]")
+
+	g.flip(true, true)
+	g.reconcile()
+	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v: want the disk group's gone too", got)
+	}
+	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]")
+	if got := g.node().Annotations[RemovedAnnotation]; got != diskTaint.Key+","+fileTaint.Key {
+		t.Fatalf("%s = %q, want both groups' taints", RemovedAnnotation, got)
+	}
+	if g.patches != 2 {
+		t.Fatalf("%d patches, want one per removal", g.patches)
+	}
+}
+
+func TestGroupsThatPassTogetherGoInOnePatch(t *testing.T) {
+	var sent map[string]any
+	g := newGroupsTest(t, func(obj client.Object, p client.Patch) error {
+		data, err := p.Data(obj)
+		if err == nil {
+			err = json.Unmarshal(data, &sent)
+		}
+		return err
+	})
+	g.flip(true, true)
+	g.reconcile()
+	if g.patches != 1 {
+		t.Fatalf("%d patches, want one for both groups", g.patches)
+	}
+	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v, want only the foreign one", got)
+	}
+	if _, locked := sent["metadata"].(map[string]any)["resourceVersion"]; !locked {
+		t.Fatalf("patch %v is not locked to the resourceVersion", sent)
+	}
+	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]",
+		"Normal TaintRemoved Removed startup taints [file.example.com/agent-not-ready:NoSchedule]")
+}
+
+func TestAGroupTheAdmissionPolicyRefusesHoldsBackOnlyItself(t *testing.T) {
+	// As a policy that does not list the file group's taint would: any patch removing it is refused.
+	refused := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("may only remove "+diskTaint.Key))
+	g := newGroupsTest(t, func(obj client.Object, p client.Patch) error {
+		data, err := p.Data(obj)
+		if err != nil {
+			return err
+		}
+		var sent struct {
+			Spec struct{ Taints []corev1.Taint } `json:"spec"`
+		}
+		if err := json.Unmarshal(data, &sent); err != nil {
+			return err
+		}
+		if len(MatchingTaints(sent.Spec.Taints, []TaintSpec{{Key: fileTaint.Key}})) == 0 {
+			return refused
+		}
+		return nil
+	})
+	g.flip(true, true)
+	wait := g.reconcile()
+	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign, fileTaint}) {
+		t.Fatalf("taints %v: the disk group's taint must go although the file group's is refused", got)
+	}
+	if wait != time.Second {
+		t.Fatalf("requeue after %s, want the refused group's first backoff, 1s", wait)
+	}
+	evs := g.events()
+	expectEvents(t, evs, "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]",
+		"Warning RemovalFailed Could not remove startup taints")
+	if !strings.Contains(evs[1], "may only remove "+diskTaint.Key) {
+		t.Fatalf("event %q does not carry the refusal", evs[1])
+	}
+	// Both together (refused), then each alone: disk's accepted, file's refused.
+	if g.patches != 3 {
+		t.Fatalf("%d patches, want 3", g.patches)
+	}
+}
+
+func TestGroupsAreValidated(t *testing.T) {
+	gate := []Gate{&flipGate{}}
+	disk := Group{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: gate}
+	tests := []struct {
+		name   string
+		change func(*NodeReconciler)
+		want   string
+	}{
+		{"the single group's fields beside Groups", func(r *NodeReconciler) { r.Taints = []TaintSpec{{Key: "x"}} },
+			"Groups replaces Taints"},
+		{"a nameless group among several", func(r *NodeReconciler) { r.Groups[1].Name = "" }, `Groups[1]: Name "" is not a DNS label`},
+		{"a name taken twice", func(r *NodeReconciler) { r.Groups[1].Name = "disk" }, `Groups[1]: Name "disk" is taken`},
+		{"a taint key in two groups", func(r *NodeReconciler) {
+			r.Groups[1].Taints = []TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}}
+		}, `Groups[1]: taint key disk.example.com/agent-not-ready is also group "disk"'s`},
+		{"a condition type in two groups", func(r *NodeReconciler) {
+			r.Groups[0].ConditionType, r.Groups[1].ConditionType = "example.com/Ready", "example.com/Ready"
+		}, `Groups[1]: ConditionType "example.com/Ready" is another group's`},
+		{"a group without a gate", func(r *NodeReconciler) { r.Groups[1].Gates = nil }, "Groups[1]: at least one readiness gate"},
+		{"continuous mode and a group without taints", func(r *NodeReconciler) {
+			r.RetaintAfter = 1
+			r.Groups[1] = Group{Name: "csi", CSI: &CSIGate{}}
+		}, "Groups[1]: RetaintAfter needs Taints"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &NodeReconciler{NodeName: "n1", Groups: []Group{disk,
+				{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: gate}}}
+			if err := r.validate(); err != nil {
+				t.Fatalf("the valid groups: %v", err)
+			}
+			tt.change(r)
+			if err := r.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	lone := &NodeReconciler{NodeName: "n1", Groups: []Group{{Taints: disk.Taints, Gates: gate}}}
+	if err := lone.validate(); err != nil {
+		t.Fatalf("a lone group needs no name: %v", err)
+	}
+}
+
+func TestAGroupsRetaintGoesInTheSamePatchAsAnotherGroupsRemoval(t *testing.T) {
+	g := newGroupsTest(t, nil)
+	g.set(func(r *NodeReconciler) {
+		r.RetaintAfter = 30 * time.Second
+		r.Groups[0].Taints = []TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoExecute}}
+	})
+	g.flip(true, false)
+	g.reconcile()
+	g.setTaints(foreign, fileTaint) // the disk group's taint is gone
+	g.flip(false, false)
+	g.reconcile()
+	g.clock.Step(30 * time.Second)
+	g.flip(false, true)
+	before := g.patches
+	g.reconcile()
+	back := corev1.Taint{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}
+	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign, back}) {
+		t.Fatalf("taints %v: want the file group's removed and the disk group's put back", got)
+	}
+	if got := g.patches - before; got != 1 {
+		t.Fatalf("%d patches, want one for both groups' changes", got)
+	}
+}
+
+// The fake client and a recorder are enough to run a reconciler with Groups built from scratch.
+func TestGroupsBuildWithoutTheSingleGroupsFields(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-b", diskTaint)).Build()
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Recorder: events.NewFakeRecorder(10),
+		Clock:  clocktesting.NewFakeClock(testStart),
+		Groups: []Group{{Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []Gate{&flipGate{}}}}}
+	if err := r.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r.build()
+	probe(r)
+	if err := reconcileNode(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(metrics.GateReady.WithLabelValues("flip")); got != 1 {
+		t.Fatalf(`a lone unnamed group's gate is labelled "flip" as before: got %v`, got)
+	}
+}

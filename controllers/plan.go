@@ -1,0 +1,102 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// plan is what one reconcile decided for one group, and, once written, what the write did.
+type plan struct {
+	g          *group
+	specs      []TaintSpec
+	obs        observation
+	v          verdict
+	readySince time.Time
+
+	// remove is set when the group's startup taints go now; forced, when MaxWait forces them.
+	remove bool
+	forced bool
+	// retaint is the taint continuous mode puts back now.
+	retaint *TaintSpec
+	// requeue is when to reconcile again for this group, when nothing is written.
+	requeue time.Duration
+
+	// orig is the Node before the patch that carried this plan's change, nil when that patch
+	// changed nothing or the Node is gone; err is the patch's error.
+	orig *corev1.Node
+	err  error
+}
+
+// changes reports whether the plan writes to the Node.
+func (p *plan) changes() bool { return p.remove || p.retaint != nil }
+
+// apply makes the plan's change to n.
+func (p *plan) apply(n *corev1.Node) {
+	if p.retaint != nil {
+		if len(MatchingTaints(n.Spec.Taints, []TaintSpec{*p.retaint})) == 0 {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: p.retaint.Key, Effect: p.retaint.Effect})
+		}
+		return
+	}
+	selecting := specsSelecting(n.Spec.Taints, p.specs)
+	if len(selecting) == 0 {
+		return
+	}
+	// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
+	n.Spec.Taints = WithoutTaints(n.Spec.Taints, p.specs)
+}
+
+// removed returns the group's taints the write removed.
+func (p *plan) removed() []corev1.Taint {
+	if p.orig == nil {
+		return nil
+	}
+	return MatchingTaints(p.orig.Spec.Taints, p.specs)
+}
+
+// retainted reports whether the write put the plan's taint back.
+func (p *plan) retainted() bool {
+	return p.orig != nil && len(MatchingTaints(p.orig.Spec.Taints, []TaintSpec{*p.retaint})) == 0
+}
+
+// write sends the plans' changes to the Node in one locked patch, and records its outcome in each
+// plan. When that patch is forbidden and carries several groups' changes, each is sent alone, so a
+// group the admission policy refuses (an install that does not list its taint) holds back only
+// itself.
+func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*plan) {
+	if len(plans) == 0 {
+		return
+	}
+	base := node.DeepCopy()
+	orig, err := r.patchTaints(ctx, node, func(n *corev1.Node) {
+		for _, p := range plans {
+			p.apply(n)
+		}
+	}, func(orig *corev1.Node) {
+		for _, p := range plans {
+			if p.remove {
+				for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
+					metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
+				}
+			}
+		}
+	})
+	if apierrors.IsForbidden(err) && len(plans) > 1 {
+		for _, p := range plans {
+			r.write(ctx, base.DeepCopy(), []*plan{p})
+		}
+		return
+	}
+	for _, p := range plans {
+		p.orig, p.err = orig, err
+	}
+}
