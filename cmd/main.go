@@ -132,19 +132,20 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: ping}
 	shutdown := 2 * time.Second
 	r := &controllers.NodeReconciler{
-		NodeName:              opts.nodeName,
-		Taints:                opts.taints,
-		RequireCSINode:        opts.requireCSINode,
-		RequireAllocatable:    opts.requireAllocatable,
-		ProbeInterval:         opts.probeInterval,
-		MaxWait:               opts.maxWait,
-		RetaintAfter:          opts.retaintAfter,
-		ConditionType:         opts.conditionType,
-		DryRun:                opts.dryRun,
-		ReadyContainer:        opts.readyContainer,
-		RequireResources:      opts.requireResources,
-		RequireResourceSlices: opts.resourceSlices,
-		Pod:                   types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName},
+		NodeName:      opts.nodeName,
+		ProbeInterval: opts.probeInterval,
+		MaxWait:       opts.maxWait,
+		RetaintAfter:  opts.retaintAfter,
+		DryRun:        opts.dryRun,
+		Pod:           types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName},
+	}
+	for _, g := range opts.groups {
+		group, closeGates, err := buildGroup(g, opts.probeTimeout)
+		if err != nil {
+			return err
+		}
+		defer closeGates()
+		r.Groups = append(r.Groups, group)
 	}
 	mgrOpts := r.ManagerOptions()
 	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
@@ -164,24 +165,6 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		// A dry run sends no request that could write, not even the check's dry-run patch.
 		r.Confinement = controllers.NewConfinementCheck(opts.requireConfinement)
 	}
-	if opts.csiAddress != "" {
-		gate, err := controllers.NewCSIGate(opts.csiAddress, opts.probeTimeout)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = gate.Close() }()
-		r.CSI = gate
-	}
-	if opts.readyURL != "" {
-		r.Gates = append(r.Gates, controllers.NewHTTPGate(opts.readyURL, opts.probeTimeout))
-	}
-	if len(opts.readyFiles) > 0 {
-		gate, err := controllers.NewFileGate(opts.readyFiles...)
-		if err != nil {
-			return fmt.Errorf("--ready-file: %w", err)
-		}
-		r.Gates = append(r.Gates, gate)
-	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
@@ -196,6 +179,34 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// buildGroup makes the gates of one group of taints, and returns it with a function that closes
+// them.
+func buildGroup(g groupOptions, probeTimeout time.Duration) (controllers.Group, func(), error) {
+	group := controllers.Group{Name: g.name, Taints: g.taints, RequireCSINode: g.requireCSINode,
+		RequireAllocatable: g.requireAllocatable, ReadyContainer: g.readyContainer, RequireResources: g.requireResources,
+		RequireResourceSlices: g.resourceSlices, ConditionType: g.conditionType}
+	closeGates := func() {}
+	if g.csiAddress != "" {
+		gate, err := controllers.NewCSIGate(g.csiAddress, probeTimeout)
+		if err != nil {
+			return group, nil, err
+		}
+		group.CSI, closeGates = gate, func() { _ = gate.Close() }
+	}
+	if g.readyURL != "" {
+		group.Gates = append(group.Gates, controllers.NewHTTPGate(g.readyURL, probeTimeout))
+	}
+	if len(g.readyFiles) > 0 {
+		gate, err := controllers.NewFileGate(g.readyFiles...)
+		if err != nil {
+			closeGates()
+			return group, nil, fmt.Errorf("--ready-file: %w", err)
+		}
+		group.Gates = append(group.Gates, gate)
+	}
+	return group, closeGates, nil
 }
 
 // cacheSynced reports ready once the cache holds the node, so the pod is ready only when the

@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
@@ -22,24 +24,19 @@ import (
 
 // options is everything the command line and environment decide.
 type options struct {
-	nodeName           string
-	taints             []controllers.TaintSpec
-	csiAddress         string
-	requireCSINode     bool
-	requireAllocatable bool
-	readyURL           string
-	probeInterval      time.Duration
-	probeTimeout       time.Duration
-	maxWait            time.Duration
-	retaintAfter       time.Duration
-	conditionType      string
-	dryRun             bool
-	readyContainer     string
-	requireResources   []controllers.ResourceRequirement
-	readyFiles         []string
-	resourceSlices     []string
-	podName            string
-	podNamespace       string
+	nodeName string
+	// groupOptions is the group of taints and gates the command line describes; groups are those
+	// the agent serves: that one, or the groups of --config.
+	groupOptions
+	groups        []groupOptions
+	configFile    string
+	probeInterval time.Duration
+	probeTimeout  time.Duration
+	maxWait       time.Duration
+	retaintAfter  time.Duration
+	dryRun        bool
+	podName       string
+	podNamespace  string
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -54,6 +51,21 @@ type options struct {
 	requireConfinement bool
 
 	zap zap.Options
+}
+
+// groupOptions is one group of startup taints and the gates that hold them (controllers.Group).
+type groupOptions struct {
+	name               string
+	taints             []controllers.TaintSpec
+	csiAddress         string
+	requireCSINode     bool
+	requireAllocatable bool
+	readyURL           string
+	readyContainer     string
+	requireResources   []controllers.ResourceRequirement
+	readyFiles         []string
+	resourceSlices     []string
+	conditionType      string
 }
 
 // taintFlag collects repeated --taint values, parsing each as it arrives so the error names it.
@@ -148,6 +160,41 @@ func (f optionalDuration) Set(v string) error {
 	return nil
 }
 
+// groupFlags are the flags that describe one group, in the command line's group and in each group
+// of --config.
+var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-allocatable", "ready-url", "ready-container",
+	"ready-file", "require-resource", "require-resourceslice", "condition-type"}
+
+// bindGroupFlags defines the flags of groupFlags on fs, into g.
+func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
+	fs.Var(taintFlag{&g.taints}, "taint",
+		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
+			"Default with --csi-address: <driver name>/agent-not-ready.")
+	fs.StringVar(&g.csiAddress, "csi-address", "",
+		"Absolute path of the CSI driver's Unix socket (unix:// prefix allowed). The driver must answer Identity/Probe.")
+	fs.BoolVar(&g.requireCSINode, "require-csinode", true,
+		"With --csi-address, also wait until kubelet has registered the driver in this node's CSINode.")
+	fs.BoolVar(&g.requireAllocatable, "require-allocatable", false,
+		"Also wait until the driver's CSINode entry has allocatable.count (the attach limit).")
+	fs.StringVar(&g.readyURL, "ready-url", "",
+		"http(s) URL of a local health endpoint; any 2xx answer means ready.")
+	fs.StringVar(&g.readyContainer, "ready-container", "",
+		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
+			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
+	fs.Var(listFlag[controllers.ResourceRequirement]{&g.requireResources, controllers.ParseResourceRequirement}, "require-resource",
+		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
+			"as a device plugin advertises it through kubelet; repeatable.")
+	fs.Var(listFlag[string]{&g.readyFiles, parseFilePattern}, "ready-file",
+		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
+			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
+	fs.Var(listFlag[string]{&g.resourceSlices, parseDriverName}, "require-resourceslice",
+		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
+			"with at least one device; repeatable.")
+	fs.StringVar(&g.conditionType, "condition-type", "",
+		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
+			"written to the Node's status when it changes; empty (the default) is off.")
+}
+
 // errVersionShown tells the caller that --version printed the version: nothing is left to do.
 var errVersionShown = errors.New("version shown")
 
@@ -160,42 +207,20 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"),
 		"Name of the Node to untaint: the one this pod runs on. Defaults to the NODE_NAME environment variable.")
-	fs.Var(taintFlag{&o.taints}, "taint",
-		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
-			"Default with --csi-address: <driver name>/agent-not-ready.")
-	fs.StringVar(&o.csiAddress, "csi-address", "",
-		"Absolute path of the CSI driver's Unix socket (unix:// prefix allowed). The driver must answer Identity/Probe.")
-	fs.BoolVar(&o.requireCSINode, "require-csinode", true,
-		"With --csi-address, also wait until kubelet has registered the driver in this node's CSINode.")
-	fs.BoolVar(&o.requireAllocatable, "require-allocatable", false,
-		"Also wait until the driver's CSINode entry has allocatable.count (the attach limit).")
-	fs.StringVar(&o.readyURL, "ready-url", "",
-		"http(s) URL of a local health endpoint; any 2xx answer means ready.")
+	bindGroupFlags(fs, &o.groupOptions)
+	fs.StringVar(&o.configFile, "config", "",
+		"A YAML file of several groups of startup taints and their gates, each removed as soon as its own gates pass "+
+			"(see the README); the group flags (--taint, --csi-address, the gates, --condition-type) are then set there.")
 	fs.DurationVar(&o.probeInterval, "probe-interval", controllers.DefaultProbeInterval,
 		"How often the CSI socket and the ready URL are probed.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,
 		"How long one probe may take before the agent counts as not ready.")
-	fs.StringVar(&o.readyContainer, "ready-container", "",
-		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
-			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
-	fs.Var(listFlag[controllers.ResourceRequirement]{&o.requireResources, controllers.ParseResourceRequirement}, "require-resource",
-		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
-			"as a device plugin advertises it through kubelet; repeatable.")
-	fs.Var(listFlag[string]{&o.readyFiles, parseFilePattern}, "ready-file",
-		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
-			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
-	fs.Var(listFlag[string]{&o.resourceSlices, parseDriverName}, "require-resourceslice",
-		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
-			"with at least one device; repeatable.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
 	fs.Var(optionalDuration{&o.retaintAfter}, "retaint-after",
 		"Continuous mode: when no startup taint is on the Node and a gate has not passed for this long, put the first --taint's key "+
 			"back with effect NoSchedule, and remove it once every gate has passed for as long; 0 or empty (the default) is off.")
-	fs.StringVar(&o.conditionType, "condition-type", "",
-		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
-			"written to the Node's status when it changes; empty (the default) is off.")
 	fs.BoolVar(&o.dryRun, "dry-run", false,
 		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
 			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")
@@ -260,57 +285,75 @@ func validateBindAddress(addr string) error {
 }
 
 func (o *options) validate(explicit map[string]bool) error {
-	o.csiAddress = strings.TrimPrefix(o.csiAddress, "unix://")
 	if o.nodeName == "" {
 		return errors.New("--node-name: empty; set it or the NODE_NAME environment variable (downward API spec.nodeName)")
 	}
 	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
 		return fmt.Errorf("--node-name: %q is not a valid node name: %s", o.nodeName, strings.Join(errs, "; "))
 	}
-	if err := o.validateGates(explicit); err != nil {
-		return err
-	}
-	if err := o.validateModes(); err != nil {
-		return err
-	}
-	return o.validateServing()
-}
-
-// validateGates checks the readiness gates and the taints they guard.
-func (o *options) validateGates(explicit map[string]bool) error {
 	switch {
-	case o.csiAddress == "" && o.readyURL == "" && o.readyContainer == "" && len(o.requireResources) == 0 && len(o.readyFiles) == 0 &&
-		len(o.resourceSlices) == 0:
-		return errors.New("no readiness gate: set --csi-address, --ready-url, --ready-file, --ready-container, " +
-			"--require-resource or --require-resourceslice")
-	case o.readyContainer != "" && len(validation.IsDNS1123Label(o.readyContainer)) > 0:
-		return fmt.Errorf("--ready-container: %q is not a container name", o.readyContainer)
-	case o.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
-		return errors.New("--ready-container: needs the agent's own Pod in the POD_NAME and POD_NAMESPACE environment variables (downward API)")
-	case o.csiAddress != "" && !filepath.IsAbs(o.csiAddress):
-		return fmt.Errorf("--csi-address: %q is not an absolute path", o.csiAddress)
-	case o.csiAddress == "" && len(o.taints) == 0:
-		return errors.New("--taint: required without --csi-address (the default taint is named after the CSI driver)")
-	case o.csiAddress == "" && explicit["require-csinode"] && o.requireCSINode:
-		return errors.New("--require-csinode: needs --csi-address")
-	case o.requireAllocatable && (o.csiAddress == "" || !o.requireCSINode):
-		return errors.New("--require-allocatable: needs --csi-address and --require-csinode")
 	case o.probeInterval <= 0:
 		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
 	}
-	if o.readyURL != "" {
-		u, err := url.Parse(o.readyURL)
+	if err := o.validateModes(); err != nil {
+		return err
+	}
+	if o.configFile == "" {
+		if err := o.validateGroup(&o.groupOptions, explicit, func(flag string) string { return "--" + flag }); err != nil {
+			return err
+		}
+		o.groups = []groupOptions{o.groupOptions}
+	} else if err := o.readGroups(explicit); err != nil {
+		return err
+	}
+	return o.validateServing()
+}
+
+// validateGroup checks one group's gates and the taints they guard. setting names a group setting
+// in the messages: a flag, or a setting of a group of --config.
+func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setting func(string) string) error {
+	g.csiAddress = strings.TrimPrefix(g.csiAddress, "unix://")
+	switch {
+	case g.csiAddress == "" && g.readyURL == "" && g.readyContainer == "" && len(g.requireResources) == 0 && len(g.readyFiles) == 0 &&
+		len(g.resourceSlices) == 0:
+		return fmt.Errorf("no readiness gate: set %s", strings.Join([]string{setting("csi-address"), setting("ready-url"),
+			setting("ready-file"), setting("ready-container"), setting("require-resource"), setting("require-resourceslice")}, ", "))
+	case g.readyContainer != "" && len(validation.IsDNS1123Label(g.readyContainer)) > 0:
+		return fmt.Errorf("%s: %q is not a container name", setting("ready-container"), g.readyContainer)
+	case g.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
+		return fmt.Errorf("%s: needs the agent's own Pod in the POD_NAME and POD_NAMESPACE environment variables (downward API)",
+			setting("ready-container"))
+	case g.csiAddress != "" && !filepath.IsAbs(g.csiAddress):
+		return fmt.Errorf("%s: %q is not an absolute path", setting("csi-address"), g.csiAddress)
+	case g.csiAddress == "" && len(g.taints) == 0:
+		return fmt.Errorf("%s: required without %s (the default taint is named after the CSI driver)", setting("taint"), setting("csi-address"))
+	case g.csiAddress == "" && explicit["require-csinode"] && g.requireCSINode:
+		return fmt.Errorf("%s: needs %s", setting("require-csinode"), setting("csi-address"))
+	case g.requireAllocatable && (g.csiAddress == "" || !g.requireCSINode):
+		return fmt.Errorf("%s: needs %s and %s", setting("require-allocatable"), setting("csi-address"), setting("require-csinode"))
+	case o.retaintAfter > 0 && len(g.taints) == 0:
+		return fmt.Errorf("--retaint-after: needs %s, whose first key it puts back with effect NoSchedule", setting("taint"))
+	case o.dryRun && g.conditionType != "":
+		return fmt.Errorf("%s: cannot be written with --dry-run, which never writes to the Node", setting("condition-type"))
+	}
+	if g.readyURL != "" {
+		u, err := url.Parse(g.readyURL)
 		if err != nil {
-			return fmt.Errorf("--ready-url: %w", err)
+			return fmt.Errorf("%s: %w", setting("ready-url"), err)
 		}
 		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--ready-url: %q is not an http(s) URL with a host", o.readyURL)
+			return fmt.Errorf("%s: %q is not an http(s) URL with a host", setting("ready-url"), g.readyURL)
 		}
 	}
-	if o.csiAddress == "" {
-		o.requireCSINode = false
+	if g.conditionType != "" {
+		if err := controllers.ValidateConditionType(g.conditionType); err != nil {
+			return fmt.Errorf("%s: %w", setting("condition-type"), err)
+		}
+	}
+	if g.csiAddress == "" {
+		g.requireCSINode = false
 	}
 	return nil
 }
@@ -322,19 +365,116 @@ func (o *options) validateModes() error {
 		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
 	case o.retaintAfter < 0:
 		return fmt.Errorf("--retaint-after: %s is negative", o.retaintAfter)
-	case o.retaintAfter > 0 && len(o.taints) == 0:
-		return errors.New("--retaint-after: needs --taint, whose first key it puts back with effect NoSchedule")
 	case o.dryRun && o.requireConfinement:
 		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
-	case o.dryRun && o.conditionType != "":
-		return errors.New("--condition-type: cannot be written with --dry-run, which never writes to the Node")
-	}
-	if o.conditionType != "" {
-		if err := controllers.ValidateConditionType(o.conditionType); err != nil {
-			return fmt.Errorf("--condition-type: %w", err)
-		}
 	}
 	return nil
+}
+
+// configFile is what --config holds: groups, each a map from the name of a group flag (groupFlags)
+// to its value (a list for a repeatable flag), and the group's name.
+type configFile struct {
+	Groups []map[string]any `json:"groups"`
+}
+
+// readGroups reads the groups of --config, each parsed by the group flags' own parsers and
+// checked as the command line's group is, and checks that no two share a name, a taint key or
+// a condition type. A group flag on the command line as well is refused: which would win?
+func (o *options) readGroups(explicit map[string]bool) error {
+	for _, name := range groupFlags {
+		if explicit[name] {
+			return fmt.Errorf("--%s: set it in the groups of --config, not on the command line", name)
+		}
+	}
+	data, err := os.ReadFile(o.configFile)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var file configFile
+	if err := yaml.UnmarshalStrict(data, &file); err != nil {
+		// The YAML library lists several problems on lines of their own; the caller prints one.
+		return fmt.Errorf("--config %s: %s", o.configFile, strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
+	}
+	if len(file.Groups) == 0 {
+		return fmt.Errorf("--config %s: groups: empty; list at least one group", o.configFile)
+	}
+	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
+	for i, settings := range file.Groups {
+		at := fmt.Sprintf("groups[%d]", i)
+		g, explicit, err := parseGroup(settings, func(flag string) string { return at + "." + flag })
+		if err == nil {
+			err = o.validateGroup(&g, explicit, func(flag string) string { return at + "." + flag })
+		}
+		switch {
+		case err != nil:
+		case len(validation.IsDNS1123Label(g.name)) > 0:
+			err = fmt.Errorf("%s.name: %q is not a DNS label (it names the group in logs, events and metrics)", at, g.name)
+		case names[g.name]:
+			err = fmt.Errorf("%s.name: %q is another group's", at, g.name)
+		case g.conditionType != "" && conditions[g.conditionType] != "":
+			err = fmt.Errorf("%s.condition-type: %q is group %s's", at, g.conditionType, conditions[g.conditionType])
+		}
+		for _, spec := range g.taints {
+			if other, ok := keys[spec.Key]; ok && err == nil {
+				err = fmt.Errorf("%s.taint: %s is group %s's too; each taint has one group", at, spec.Key, other)
+			}
+			keys[spec.Key] = g.name
+		}
+		if err != nil {
+			return fmt.Errorf("--config %s: %w", o.configFile, err)
+		}
+		names[g.name] = true
+		if g.conditionType != "" {
+			conditions[g.conditionType] = g.name
+		}
+		o.groups = append(o.groups, g)
+	}
+	return nil
+}
+
+// parseGroup parses one group of --config with the group flags' own parsers, and returns it with
+// the flags it set.
+func parseGroup(settings map[string]any, setting func(string) string) (groupOptions, map[string]bool, error) {
+	var g groupOptions
+	fs := flag.NewFlagSet("group", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	bindGroupFlags(fs, &g)
+	explicit := map[string]bool{}
+	keys := make([]string, 0, len(settings))
+	for key := range settings {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		value := settings[key]
+		if key == "name" {
+			name, ok := value.(string)
+			if !ok {
+				return g, nil, fmt.Errorf("%s: not a string", setting("name"))
+			}
+			g.name = name
+			continue
+		}
+		if fs.Lookup(key) == nil {
+			return g, nil, fmt.Errorf("%s: not a setting of a group; those are name, %s", setting(key), strings.Join(groupFlags, ", "))
+		}
+		values, ok := value.([]any)
+		if !ok {
+			values = []any{value}
+		}
+		for _, v := range values {
+			switch v.(type) {
+			case string, bool, float64:
+			default:
+				return g, nil, fmt.Errorf("%s: %v is not a string, a boolean or a number", setting(key), v)
+			}
+			if err := fs.Set(key, fmt.Sprint(v)); err != nil {
+				return g, nil, fmt.Errorf("%s: %w", setting(key), err)
+			}
+		}
+		explicit[key] = true
+	}
+	return g, explicit, nil
 }
 
 // validateServing checks the metrics and health endpoints' settings.

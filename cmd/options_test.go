@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,107 @@ func TestLoadConfig(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	if _, err := loadConfig("", ""); err == nil || !strings.Contains(err.Error(), "set --kubeconfig or KUBECONFIG") {
 		t.Fatalf("no config: err = %v", err)
+	}
+}
+
+// writeConfig writes a --config file with content and returns its path.
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "groups.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// twoGroups is a valid --config: a disk and a file CSI driver on one node.
+const twoGroups = `groups:
+- name: ebs
+  taint: [ebs.csi.aws.com/agent-not-ready:NoExecute]
+  csi-address: unix:///csi/ebs/csi.sock
+  require-allocatable: true
+  condition-type: ebs.csi.aws.com/AgentReady
+- name: efs
+  taint: efs.csi.aws.com/agent-not-ready
+  csi-address: /csi/efs/csi.sock
+  require-csinode: false
+  require-resource: [example.com/dev, example.com/other=2]
+`
+
+func TestParseOptionsConfigGroups(t *testing.T) {
+	o, err := parseOptions([]string{"--config=" + writeConfig(t, twoGroups), "--retaint-after=1m"}, env(map[string]string{"NODE_NAME": "n"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.groups) != 2 {
+		t.Fatalf("groups %+v, want 2", o.groups)
+	}
+	ebs, efs := o.groups[0], o.groups[1]
+	if ebs.name != "ebs" || len(ebs.taints) != 1 || ebs.taints[0] != (controllers.TaintSpec{Key: "ebs.csi.aws.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}) ||
+		ebs.csiAddress != "/csi/ebs/csi.sock" || !ebs.requireCSINode || !ebs.requireAllocatable || ebs.conditionType != "ebs.csi.aws.com/AgentReady" {
+		t.Fatalf("group ebs: %+v", ebs)
+	}
+	if efs.name != "efs" || len(efs.taints) != 1 || efs.taints[0].Key != "efs.csi.aws.com/agent-not-ready" || efs.requireCSINode ||
+		len(efs.requireResources) != 2 || efs.requireResources[1].String() != "example.com/other=2" {
+		t.Fatalf("group efs: %+v", efs)
+	}
+
+	// Without --config, the command line is the one group, unnamed, as it always was.
+	o, err = parseOptions([]string{"--csi-address=/csi/csi.sock"}, env(map[string]string{"NODE_NAME": "n"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.groups) != 1 || o.groups[0].name != "" || o.groups[0].csiAddress != "/csi/csi.sock" || !o.groups[0].requireCSINode {
+		t.Fatalf("the command line's group: %+v", o.groups)
+	}
+}
+
+// TestParseOptionsRejectsBadConfig checks that every bad --config fails with one line naming the
+// file and the setting.
+func TestParseOptionsRejectsBadConfig(t *testing.T) {
+	group := "- name: ebs\n  taint: ebs.csi.aws.com/agent-not-ready\n  csi-address: /csi/ebs/csi.sock\n"
+	tests := []struct {
+		name    string
+		content string
+		args    []string
+		want    string
+	}{
+		{"not YAML", "groups: [", nil, "--config"},
+		{"unknown top-level key", "group:\n" + group, nil, `unknown field "group"`},
+		{"a key twice", "groups:\n" + group + "  taint: a.example.com/y\n", nil, `key "taint" already set`},
+		{"no groups", "groups: []\n", nil, "groups: empty"},
+		{"unknown setting", "groups:\n" + group + "  probe-interval: 1s\n", nil, "groups[0].probe-interval: not a setting of a group"},
+		{"a setting that is a map", "groups:\n" + group + "  ready-url: {a: b}\n", nil, "groups[0].ready-url: map[a:b] is not a string"},
+		{"a bad taint", "groups:\n- name: a\n  taint: [a.example.com/x:Never]\n  ready-url: http://127.0.0.1/\n", nil, "groups[0].taint: "},
+		{"a relative socket", "groups:\n" + group + "- name: efs\n  csi-address: csi.sock\n", nil,
+			`groups[1].csi-address: "csi.sock" is not an absolute path`},
+		{"no gate", "groups:\n- name: a\n  taint: a.example.com/x\n", nil, "no readiness gate: set groups[0].csi-address"},
+		{"no name", "groups:\n- taint: a.example.com/x\n  ready-url: http://127.0.0.1/\n", nil, `groups[0].name: "" is not a DNS label`},
+		{"a name that is not a string", "groups:\n- name: [a]\n  taint: a.example.com/x\n", nil, "groups[0].name: not a string"},
+		{"a name twice", "groups:\n" + group + group, nil, `groups[1].name: "ebs" is another group's`},
+		{"a taint in two groups", "groups:\n" + group + "- name: other\n  taint: ebs.csi.aws.com/agent-not-ready:NoSchedule\n  ready-url: http://127.0.0.1/\n",
+			nil, "groups[1].taint: ebs.csi.aws.com/agent-not-ready is group ebs's too"},
+		{"a condition type in two groups", "groups:\n" + group + "  condition-type: example.com/Ready\n" +
+			"- name: efs\n  csi-address: /csi/efs/csi.sock\n  condition-type: example.com/Ready\n", nil,
+			`groups[1].condition-type: "example.com/Ready" is group ebs's`},
+		{"re-taint and a group without a taint", "groups:\n" + group + "- name: efs\n  csi-address: /csi/efs/csi.sock\n",
+			[]string{"--retaint-after=1m"}, "--retaint-after: needs groups[1].taint"},
+		{"a group flag beside it", "groups:\n" + group, []string{"--taint=a.example.com/x"}, "--taint: set it in the groups of --config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.content)
+			_, err := parseOptions(append([]string{"--config=" + path}, tt.args...), env(map[string]string{"NODE_NAME": "n"}), io.Discard)
+			if err == nil {
+				t.Fatalf("parseOptions succeeded, want an error naming %s", tt.want)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.want) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q: want one line containing %q", msg, tt.want)
+			}
+		})
+	}
+	if _, err := parseOptions([]string{"--config=/does/not/exist"}, env(map[string]string{"NODE_NAME": "n"}), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "--config: open /does/not/exist") {
+		t.Fatalf("a missing file: %v", err)
 	}
 }

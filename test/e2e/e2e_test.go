@@ -147,6 +147,29 @@ current-context: c
 			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "args %v", tc.args)
 			Expect(stderr).To(ContainSubstring(tc.want), "args %v", tc.args)
 		}
+		// A bad groups file, without a group flag beside it (that is refused too).
+		dir := GinkgoT().TempDir()
+		group := "- name: a\n  taint: a.example.com/x\n  ready-url: http://127.0.0.1/\n"
+		for i, tc := range []struct{ content, want string }{
+			{"groups: [", "--config"},
+			{"groups: []", "groups: empty"},
+			{"groups:\n- name: a\n  csi-address: csi.sock\n", `groups[0].csi-address: "csi.sock" is not an absolute path`},
+			{"groups:\n" + group + group, `groups[1].name: "a" is another group's`},
+			{"groups:\n" + group + "  max-wait: 1m\n", "groups[0].max-wait: not a setting of a group"},
+			{"groups:\n" + group + "  taint: [a.example.com/y]\n", `key "taint" already set`},
+			{"groups:\n- name: a\n  taint: [a.example.com/x:Sometimes]\n  ready-url: http://127.0.0.1/\n", "groups[0].taint"},
+		} {
+			path := filepath.Join(dir, fmt.Sprintf("groups-%d.yaml", i))
+			Expect(os.WriteFile(path, []byte(tc.content), 0o600)).To(Succeed())
+			code, stderr := runToExit(nil, "--kubeconfig="+countingKubeconfig, "--node-name=n1", "--config="+path,
+				"--metrics-bind-address=0", "--health-probe-bind-address=0")
+			Expect(code).To(Equal(2), "%q: stderr %q", tc.content, stderr)
+			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "%q", tc.content)
+			Expect(stderr).To(ContainSubstring(tc.want), "%q", tc.content)
+		}
+		code, stderr := runToExit(nil, append(append([]string{}, base...), "--config=/does/not/exist")...)
+		Expect(code).To(Equal(2))
+		Expect(stderr).To(ContainSubstring("--csi-address: set it in the groups of --config"))
 		Expect(requests.Load()).To(BeZero())
 	})
 

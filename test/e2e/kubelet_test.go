@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -14,16 +16,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 )
 
-// startKubelet runs a hollow kubelet that registers node with the startup taint (when it creates
-// the Node), until the spec ends, and waits for its Node.
-func startKubelet(ctx context.Context, node string) *hollowkubelet.Kubelet {
+// startKubelet runs a hollow kubelet that registers node with the startup taint and the extra
+// taints (when it creates the Node), until the spec ends, and waits for its Node.
+func startKubelet(ctx context.Context, node string, extra ...corev1.Taint) *hollowkubelet.Kubelet {
 	GinkgoHelper()
 	k, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
-		RegisterWithTaints: []corev1.Taint{startupTaint}, Log: GinkgoWriter})
+		RegisterWithTaints: append([]corev1.Taint{startupTaint}, extra...), Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(k.Stop)
 	Eventually(func() error {
@@ -54,7 +57,7 @@ func startRegisteredDriver(kubelet *hollowkubelet.Kubelet) (*fakecsi.Driver, *fa
 // unregistered or the spec ends.
 func register(kubelet *hollowkubelet.Kubelet, driver *fakecsi.Driver) *fakecsi.Registrar {
 	GinkgoHelper()
-	reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driverName, driver.Path())
+	reg, err := fakecsi.Register(kubelet.PluginsRegistry(), driver.Name(), driver.Path())
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(reg.Unregister)
 	return reg
@@ -163,6 +166,53 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 				"kubelet registers its taints only when it creates the Node")
 			Expect(agent).NotTo(gexec.Exit(), "the agent neither crashed nor stopped")
 		})
+
+	It("removes each driver's taint once kubelet has registered that driver, with one agent and a groups file", func(ctx SpecContext) {
+		const name, fileDriverName = "e2e-kubelet-groups", "file.csi.example.com"
+		fileTaint := corev1.Taint{Key: fileDriverName + "/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+		drivers := csiNodeDrivers(ctx, name)
+		deleteNodeAfterSpec(name)
+		kubelet := startKubelet(ctx, name, fileTaint)
+		Expect(hasTaint(ctx, k8sClient, name, fileTaint.Key)(Default)).To(BeTrue(), "kubelet registered its Node with both taints")
+		start := func(driver string) *fakecsi.Driver {
+			GinkgoHelper()
+			d, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driver, fakecsi.Ready)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(d.Stop)
+			return d
+		}
+		disk, file := start(driverName), start(fileDriverName)
+		config := filepath.Join(GinkgoT().TempDir(), "groups.yaml")
+		Expect(os.WriteFile(config, []byte(fmt.Sprintf(`groups:
+- name: disk
+  taint: %s
+  csi-address: %s
+- name: file
+  taint: %s
+  csi-address: %s
+`, startupTaint.Key+":"+string(startupTaint.Effect), disk.Path(), fileTaint.Key, file.Path())), 0o600)).To(Succeed())
+		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--config="+config,
+			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
+		Consistently(func() bool {
+			return hasTaint(ctx, k8sClient, name, startupTaint.Key)(Default) && hasTaint(ctx, k8sClient, name, fileTaint.Key)(Default)
+		}, "2s").Should(BeTrue(), "both drivers are ready, but kubelet has registered neither")
+
+		By("kubelet registering the file driver: its taint goes, the disk driver's stays")
+		register(kubelet, file)
+		Eventually(drivers, time.Minute).Should(HaveKey(fileDriverName))
+		Eventually(hasTaint(ctx, k8sClient, name, fileTaint.Key)).Should(BeFalse())
+		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "1s").Should(BeTrue())
+
+		By("kubelet registering the disk driver")
+		register(kubelet, disk)
+		Eventually(drivers, time.Minute).Should(HaveKey(driverName))
+		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
+		Eventually(func(g Gomega) int {
+			n, err := expectations.EventCount(ctx, k8sClient, name, "TaintRemoved")
+			g.Expect(err).NotTo(HaveOccurred())
+			return n
+		}).Should(Equal(2), "one removal event per group")
+	})
 
 	It("waits for the attach limit kubelet publishes, with the driver registered before the agent starts", func(ctx SpecContext) {
 		const name = "e2e-kubelet-allocatable"

@@ -103,6 +103,9 @@ func (d *Driver) SetReadiness(r Readiness) { d.readiness.Store(int32(r)) }
 // Probes returns how many Probe calls the driver has received.
 func (d *Driver) Probes() int64 { return d.probes.Load() }
 
+// Name is the name the driver reports (GetPluginInfo).
+func (d *Driver) Name() string { return d.name }
+
 // Path returns the socket's path.
 func (d *Driver) Path() string { return d.path }
 
