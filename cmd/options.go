@@ -333,10 +333,9 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 		return fmt.Errorf("%s: needs %s", setting("require-csinode"), setting("csi-address"))
 	case g.requireAllocatable && (g.csiAddress == "" || !g.requireCSINode):
 		return fmt.Errorf("%s: needs %s and %s", setting("require-allocatable"), setting("csi-address"), setting("require-csinode"))
-	case o.retaintAfter > 0 && len(g.taints) == 0:
-		return fmt.Errorf("--retaint-after: needs %s, whose first key it puts back with effect NoSchedule", setting("taint"))
-	case o.dryRun && g.conditionType != "":
-		return fmt.Errorf("%s: cannot be written with --dry-run, which never writes to the Node", setting("condition-type"))
+	}
+	if err := o.validateGroupModes(g, setting); err != nil {
+		return err
 	}
 	if g.readyURL != "" {
 		u, err := url.Parse(g.readyURL)
@@ -347,13 +346,25 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 			return fmt.Errorf("%s: %q is not an http(s) URL with a host", setting("ready-url"), g.readyURL)
 		}
 	}
+	if g.csiAddress == "" {
+		g.requireCSINode = false
+	}
+	return nil
+}
+
+// validateGroupModes checks a group's settings against the modes: continuous mode, the dry run
+// and the group's Node condition.
+func (o *options) validateGroupModes(g *groupOptions, setting func(string) string) error {
+	switch {
+	case o.retaintAfter > 0 && len(g.taints) == 0:
+		return fmt.Errorf("--retaint-after: needs %s, whose first key it puts back with effect NoSchedule", setting("taint"))
+	case o.dryRun && g.conditionType != "":
+		return fmt.Errorf("%s: cannot be written with --dry-run, which never writes to the Node", setting("condition-type"))
+	}
 	if g.conditionType != "" {
 		if err := controllers.ValidateConditionType(g.conditionType); err != nil {
 			return fmt.Errorf("%s: %w", setting("condition-type"), err)
 		}
-	}
-	if g.csiAddress == "" {
-		g.requireCSINode = false
 	}
 	return nil
 }

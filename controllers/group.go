@@ -111,7 +111,7 @@ func (r *NodeReconciler) validateGroup(g Group) error {
 	case g.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
 		return errors.New("ReadyContainer needs Pod, the agent's own Pod")
 	case g.CSI == nil && len(g.Taints) == 0:
-		return errors.New("Taints is required without a CSI driver to name the default taint")
+		return errors.New("without a CSI driver to name the default taint, Taints is required")
 	case g.RequireCSINode && g.CSI == nil:
 		return errors.New("RequireCSINode needs CSI")
 	case g.RequireAllocatable && !g.RequireCSINode:

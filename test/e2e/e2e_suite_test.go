@@ -84,11 +84,11 @@ func runBinary(args ...string) *gexec.Session {
 }
 
 // runToExit runs the binary to its end and returns its status and standard error.
-func runToExit(env []string, args ...string) (int, string) {
+func runToExit(args ...string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()

@@ -142,7 +142,7 @@ current-context: c
 			{[]string{"--bogus"}, "-bogus"},
 			{[]string{"extra-argument"}, "unexpected argument"},
 		} {
-			code, stderr := runToExit(nil, append(append([]string{}, base...), tc.args...)...)
+			code, stderr := runToExit(append(append([]string{}, base...), tc.args...)...)
 			Expect(code).To(Equal(2), "args %v: stderr %q", tc.args, stderr)
 			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "args %v", tc.args)
 			Expect(stderr).To(ContainSubstring(tc.want), "args %v", tc.args)
@@ -161,24 +161,24 @@ current-context: c
 		} {
 			path := filepath.Join(dir, fmt.Sprintf("groups-%d.yaml", i))
 			Expect(os.WriteFile(path, []byte(tc.content), 0o600)).To(Succeed())
-			code, stderr := runToExit(nil, "--kubeconfig="+countingKubeconfig, "--node-name=n1", "--config="+path,
+			code, stderr := runToExit("--kubeconfig="+countingKubeconfig, "--node-name=n1", "--config="+path,
 				"--metrics-bind-address=0", "--health-probe-bind-address=0")
 			Expect(code).To(Equal(2), "%q: stderr %q", tc.content, stderr)
 			Expect(strings.Split(strings.TrimSpace(stderr), "\n")).To(HaveLen(1), "%q", tc.content)
 			Expect(stderr).To(ContainSubstring(tc.want), "%q", tc.content)
 		}
-		code, stderr := runToExit(nil, append(append([]string{}, base...), "--config=/does/not/exist")...)
+		code, stderr := runToExit(append(append([]string{}, base...), "--config=/does/not/exist")...)
 		Expect(code).To(Equal(2))
 		Expect(stderr).To(ContainSubstring("--csi-address: set it in the groups of --config"))
 		Expect(requests.Load()).To(BeZero())
 	})
 
 	It("says how to point it at a cluster when there is none", func() {
-		code, stderr := runToExit(nil, "--node-name=n1", "--csi-address=/csi.sock")
+		code, stderr := runToExit("--node-name=n1", "--csi-address=/csi.sock")
 		Expect(code).To(Equal(2))
 		Expect(stderr).To(ContainSubstring("set --kubeconfig or KUBECONFIG"))
 
-		code, stderr = runToExit(nil, "--node-name=n1", "--csi-address=/csi.sock", "--kubeconfig=/does/not/exist")
+		code, stderr = runToExit("--node-name=n1", "--csi-address=/csi.sock", "--kubeconfig=/does/not/exist")
 		Expect(code).To(Equal(2))
 		Expect(stderr).To(ContainSubstring("--kubeconfig /does/not/exist"))
 	})
