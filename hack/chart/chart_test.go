@@ -79,6 +79,15 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a ready file with a glob in its directory", []string{"readyFiles[0]=/etc/*/net.d/x"}, "/readyFiles/0"},
 		{"a DRA driver that is not a name", []string{"requireResourceSlices[0]=GPU Driver"}, "/requireResourceSlices/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+		{"a group without a name", []string{"groups[0].taints[0]=a.example.com/x", "groups[0].readyURL=http://127.0.0.1/"}, "/groups/0"},
+		{"a group name that is not a DNS label", []string{"groups[0].name=A_B", "groups[0].taints[0]=a.example.com/x",
+			"groups[0].readyURL=http://127.0.0.1/"}, "/groups/0/name"},
+		{"a group without a taint", []string{"groups[0].name=a", "groups[0].readyURL=http://127.0.0.1/"}, "/groups/0"},
+		{"a group without a gate", []string{"groups[0].name=a", "groups[0].taints[0]=a.example.com/x"}, "/groups/0"},
+		{"a group with a taint value", []string{"groups[0].name=a", "groups[0].taints[0]=a.example.com/x=1",
+			"groups[0].readyURL=http://127.0.0.1/"}, "/groups/0/taints/0"},
+		{"a group with a setting of the whole agent", []string{"groups[0].name=a", "groups[0].taints[0]=a.example.com/x",
+			"groups[0].readyURL=http://127.0.0.1/", "groups[0].maxWait=1m"}, "/groups/0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Template(chartDir, "str", "kube-system", nil, tt.set)
@@ -89,6 +98,19 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 				t.Fatalf("error %q: want the schema's refusal naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestGroupsRefuseTheGatesBesideThem checks that a gate set beside groups, which no group would
+// use, fails the install instead of being ignored.
+func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
+	group := []string{"groups[0].name=a", "groups[0].taints[0]=a.example.com/x", "groups[0].readyURL=http://127.0.0.1/"}
+	if _, err := Template(chartDir, "str", "kube-system", nil, group); err != nil {
+		t.Fatalf("a group alone: %v", err)
+	}
+	_, err := Template(chartDir, "str", "kube-system", nil, append(group, "readyURL=http://127.0.0.1/"))
+	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices and conditionType in each group") {
+		t.Fatalf("a gate beside groups: err = %v", err)
 	}
 }
 

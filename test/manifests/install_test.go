@@ -41,9 +41,12 @@ var installs = []install{
 	{name: "the EFS sidecar recipe", dir: "../../config/samples/efs-sidecar"},
 	{name: "the Azure Disk sidecar recipe", dir: "../../config/samples/azuredisk-sidecar"},
 	{name: "the EBS sidecar with continuous mode and a Node condition", dir: "testdata/continuous-sidecar"},
+	{name: "the EBS and EFS recipe: one agent, a group per driver", dir: "../../config/samples/ebs-efs"},
 	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
 	{name: "the Helm chart for EBS with continuous mode and a Node condition", dir: chartDir, chart: &chartRelease{
 		name: "ebs", namespace: "ebs-csi", values: []string{chartDir + "/ci/ebs-values.yaml", "testdata/continuous-values.yaml"}}},
+	{name: "the Helm chart for EBS and EFS on one node, with continuous mode and a condition per group", dir: chartDir, chart: &chartRelease{
+		name: "storage", namespace: "storage", values: []string{chartDir + "/ci/ebs-efs-values.yaml"}}},
 }
 
 // install is one way to install the agent: a kustomization directory, or a chart directory
@@ -66,11 +69,42 @@ type agent struct {
 	namespace, serviceAccount string
 	user                      string
 	groups                    []string
-	// taintList is the rendered --taint value; taints is its parsed form.
-	taintList string
-	taints    []controllers.TaintSpec
-	// retaintAfter and conditionType are the rendered --retaint-after and --condition-type, empty when off.
+	// taintList is the rendered --taint value, with a semicolon between groups when the agent
+	// serves several (--config); taints is its parsed form, every group's, and groupTaints each
+	// group's.
+	taintList   string
+	taints      []controllers.TaintSpec
+	groupTaints [][]controllers.TaintSpec
+	// retaintAfter and conditionType are the rendered --retaint-after and --condition-type (each
+	// group's, comma-separated), empty when off.
 	retaintAfter, conditionType string
+}
+
+// ownCondition is a condition type the agent writes: its first, or one when it writes none.
+func (a agent) ownCondition() string {
+	if a.conditionType == "" {
+		return "example.com/AgentReady"
+	}
+	return strings.Split(a.conditionType, ",")[0]
+}
+
+// removedRecord is RemovedAnnotation once every startup taint has been removed.
+func (a agent) removedRecord() string {
+	specs := make([]string, 0, len(a.taints))
+	for _, spec := range a.taints {
+		specs = append(specs, spec.String())
+	}
+	slices.Sort(specs)
+	return strings.Join(specs, ",")
+}
+
+// retaints are the taints continuous mode may put back: each group's first key, NoSchedule.
+func (a agent) retaints() []string {
+	out := make([]string, 0, len(a.groupTaints))
+	for _, g := range a.groupTaints {
+		out = append(out, g[0].Key+":NoSchedule")
+	}
+	return out
 }
 
 // agentOf reads the agent from the one DaemonSet that runs the startup-taint-remover container.
@@ -82,7 +116,12 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 			if c.Name != "startup-taint-remover" {
 				continue
 			}
-			Expect(c.Args).To(ContainElements("--taint=$(STARTUP_TAINTS)", "--retaint-after=$(RETAINT_AFTER)", "--condition-type=$(CONDITION_TYPE)"))
+			config := slices.ContainsFunc(c.Args, func(arg string) bool { return strings.HasPrefix(arg, "--config=") })
+			if config {
+				Expect(c.Args).To(ContainElement("--retaint-after=$(RETAINT_AFTER)"))
+			} else {
+				Expect(c.Args).To(ContainElements("--taint=$(STARTUP_TAINTS)", "--retaint-after=$(RETAINT_AFTER)", "--condition-type=$(CONDITION_TYPE)"))
+			}
 			a := agent{namespace: ds.Namespace, serviceAccount: ds.Spec.Template.Spec.ServiceAccountName}
 			for _, env := range c.Env {
 				switch env.Name {
@@ -95,10 +134,19 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 				}
 			}
 			Expect(a.taintList).NotTo(BeEmpty(), "STARTUP_TAINTS has a rendered value")
-			for _, item := range strings.Split(a.taintList, ",") {
-				spec, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
-				Expect(err).NotTo(HaveOccurred())
-				a.taints = append(a.taints, spec)
+			for _, list := range strings.Split(a.taintList, ";") {
+				var group []controllers.TaintSpec
+				for _, item := range strings.Split(list, ",") {
+					spec, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
+					Expect(err).NotTo(HaveOccurred())
+					group = append(group, spec)
+				}
+				a.taints, a.groupTaints = append(a.taints, group...), append(a.groupTaints, group)
+			}
+			if config {
+				Expect(configuredGroups(objs)).To(Equal(a.groupTaints), "the groups file lists each group's taints as the policy does")
+			} else {
+				Expect(a.groupTaints).To(HaveLen(1), "without --config, one group")
 			}
 			a.user, a.groups = serviceAccount(a.namespace, a.serviceAccount)
 			found = append(found, a)
@@ -106,6 +154,40 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 	}
 	Expect(found).To(HaveLen(1), "one DaemonSet runs the startup-taint-remover container")
 	return found[0]
+}
+
+// configuredGroups reads each group's taints from the groups file (--config) of the install: the
+// data of its one ConfigMap, which the DaemonSet mounts.
+func configuredGroups(objs []*unstructured.Unstructured) [][]controllers.TaintSpec {
+	GinkgoHelper()
+	maps := only[corev1.ConfigMap](objs, "ConfigMap")
+	Expect(maps).To(HaveLen(1))
+	var file struct {
+		Groups []struct {
+			Taint any `json:"taint"`
+		} `json:"groups"`
+	}
+	Expect(yaml.Unmarshal([]byte(maps[0].Data["groups.yaml"]), &file)).To(Succeed())
+	out := make([][]controllers.TaintSpec, 0, len(file.Groups))
+	for _, g := range file.Groups {
+		var items []any
+		switch t := g.Taint.(type) {
+		case string:
+			items = []any{t}
+		case []any:
+			items = t
+		}
+		var group []controllers.TaintSpec
+		for _, item := range items {
+			for _, s := range strings.Split(fmt.Sprint(item), ",") {
+				spec, err := controllers.ParseTaintSpec(strings.TrimSpace(s))
+				Expect(err).NotTo(HaveOccurred())
+				group = append(group, spec)
+			}
+		}
+		out = append(out, group)
+	}
+	return out
 }
 
 // startupTaint is the taint a node registers with for spec.
@@ -283,7 +365,9 @@ var _ = Describe("the rendered installs", func() {
 			})
 
 			It("confines exactly the identity its DaemonSet runs as, with no parameter object", func() {
-				Expect(only[corev1.ConfigMap](objs, "ConfigMap")).To(BeEmpty(), "the taints are written in at render time; no ConfigMap is applied")
+				for _, cm := range only[corev1.ConfigMap](objs, "ConfigMap") {
+					Expect(cm.Data).To(HaveKey("groups.yaml"), "the taints are written in at render time; no ConfigMap but the groups file is applied")
+				}
 				for _, obj := range objs {
 					data, err := yaml.Marshal(obj.Object)
 					Expect(err).NotTo(HaveOccurred())
@@ -344,7 +428,7 @@ var _ = Describe("the rendered installs", func() {
 					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 					g.Expect(node.Spec.Taints).To(ContainElement(other))
 					g.Expect(node.Labels).To(Equal(map[string]string{"zone": "a"}))
-					g.Expect(node.Annotations).To(Equal(map[string]string{"note": "n", controllers.RemovedAnnotation: a.taints[0].String()}))
+					g.Expect(node.Annotations).To(Equal(map[string]string{"note": "n", controllers.RemovedAnnotation: a.removedRecord()}))
 				}).Should(Succeed())
 				Eventually(func() float64 { return testutil.ToFloat64(metrics.Confined) }).Should(Equal(1.0))
 				Eventually(func(g Gomega) {
@@ -517,7 +601,7 @@ var _ = Describe("the rendered installs", func() {
 					Expect(err.Error()).To(ContainSubstring(msgTaintsOnly + " (" + a.taintList + "); it may not add"))
 					return
 				}
-				msg := msgTaintsOnly + " (" + a.taintList + ") and put " + back.Key + ":NoSchedule back"
+				msg := msgTaintsOnly + " (" + a.taintList + ") and put " + strings.Join(a.retaints(), ", ") + " back"
 				for what, t := range map[string]corev1.Taint{
 					"another effect": {Key: back.Key, Effect: corev1.TaintEffectPreferNoSchedule},
 					"NoExecute":      {Key: back.Key, Effect: corev1.TaintEffectNoExecute},
@@ -544,10 +628,7 @@ var _ = Describe("the rendered installs", func() {
 					LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
 				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{kubelets} })).
 					To(Succeed())
-				ours := a.conditionType
-				if ours == "" {
-					ours = "example.com/AgentReady"
-				}
+				ours := a.ownCondition()
 				refused := map[string]func(*corev1.Node){
 					"another condition type": func(n *corev1.Node) {
 						n.Status.Conditions = append(n.Status.Conditions, condition("example.com/Other", corev1.ConditionTrue))
@@ -592,10 +673,7 @@ var _ = Describe("the rendered installs", func() {
 				func(ctx SpecContext) {
 					name := newNode(ctx)
 					gate := &expectations.Switch{}
-					conditionType := a.conditionType
-					if conditionType == "" {
-						conditionType = "example.com/AgentReady"
-					}
+					conditionType := a.ownCondition()
 					back := corev1.Taint{Key: a.taints[0].Key, Effect: corev1.TaintEffectNoSchedule}
 					forbidden := testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
 					refusedConditions := testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden))

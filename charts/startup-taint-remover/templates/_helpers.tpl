@@ -20,9 +20,61 @@ app.kubernetes.io/name: startup-taint-remover
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The startup taints as one KEY[:EFFECT] list, the value of --taint. */}}
+{{/*
+The startup taints as one KEY[:EFFECT] list, the value of --taint; with groups, each group's list,
+separated by semicolons, as the admission policy reads them.
+*/}}
 {{- define "str.taints" -}}
+{{- if .Values.groups -}}
+{{- $lists := list -}}
+{{- range .Values.groups }}{{ $lists = append $lists (join "," .taints) }}{{ end -}}
+{{- join ";" $lists -}}
+{{- else -}}
 {{- join "," .Values.taints -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Node conditions the agent writes: conditionType, or each group's, comma-separated. */}}
+{{- define "str.conditionTypes" -}}
+{{- if .Values.groups -}}
+{{- $types := list -}}
+{{- range .Values.groups }}{{ with .conditionType }}{{ $types = append $types . }}{{ end }}{{ end -}}
+{{- join "," $types -}}
+{{- else -}}
+{{- .Values.conditionType -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+str.groups is the --config file for groups: each group with the flags' names (see the README),
+its CSI socket directory mounted at /csi/NAME.
+*/}}
+{{- define "str.groups" -}}
+groups:
+{{- range .Values.groups }}
+- name: {{ .name }}
+  taint: {{ toJson .taints }}
+  {{- if and .csi .csi.socketDir }}
+  csi-address: /csi/{{ .name }}/csi.sock
+  require-csinode: {{ ne .csi.requireCSINode false }}
+  require-allocatable: {{ .csi.requireAllocatable | default false }}
+  {{- end }}
+  {{- with .readyURL }}
+  ready-url: {{ . }}
+  {{- end }}
+  {{- with .readyFiles }}
+  ready-file: {{ toJson . }}
+  {{- end }}
+  {{- with .requireResources }}
+  require-resource: {{ toJson . }}
+  {{- end }}
+  {{- with .requireResourceSlices }}
+  require-resourceslice: {{ toJson . }}
+  {{- end }}
+  {{- with .conditionType }}
+  condition-type: {{ . }}
+  {{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -36,8 +88,37 @@ release's name and labels. Call it with (list $ "files/NAME.yaml" "name-suffix")
 {{- $text := $root.Files.Get (index . 1) -}}
 {{- $text = $text | replace "'TAINTS'" (printf "'%s'" (include "str.taints" $root)) -}}
 {{- $text = $text | replace "'RETAINTAFTER'" (printf "'%s'" $root.Values.retaintAfter) -}}
-{{- $text = $text | replace "'CONDITIONTYPE'" (printf "'%s'" $root.Values.conditionType) -}}
+{{- $text = $text | replace "'CONDITIONTYPE'" (printf "'%s'" (include "str.conditionTypes" $root)) -}}
 {{- $obj := fromYaml $text -}}
 {{- $_ := set $obj "metadata" (dict "name" (printf "%s-%s" (include "str.fullname" $root) (index . 2)) "labels" (fromYaml (include "str.labels" $root))) -}}
 {{- toYaml $obj -}}
+{{- end -}}
+
+{{/*
+str.mounts lists the pod's volumes, each with where the container mounts it: the CSI socket
+directory at /csi (with groups, each group's at /csi/NAME), each ready file's directory read-only
+at the same path as on the host, and with groups their file.
+*/}}
+{{- define "str.mounts" -}}
+{{- $mounts := list -}}
+{{- if .Values.groups -}}
+{{- $mounts = append $mounts (dict "name" "groups" "mountPath" "/etc/startup-taint-remover" "readOnly" true "configMap" (printf "%s-groups" (include "str.fullname" .))) -}}
+{{- range .Values.groups -}}
+{{- if and .csi .csi.socketDir -}}
+{{- $mounts = append $mounts (dict "name" (printf "plugin-dir-%s" .name) "mountPath" (printf "/csi/%s" .name) "hostPath" .csi.socketDir) -}}
+{{- end -}}
+{{- $group := .name -}}
+{{- range $i, $file := .readyFiles -}}
+{{- $mounts = append $mounts (dict "name" (printf "ready-file-%s-%d" $group $i) "mountPath" (dir $file) "readOnly" true "hostPath" (dir $file)) -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- if .Values.csi.socketDir -}}
+{{- $mounts = append $mounts (dict "name" "plugin-dir" "mountPath" "/csi" "hostPath" .Values.csi.socketDir) -}}
+{{- end -}}
+{{- range $i, $file := .Values.readyFiles -}}
+{{- $mounts = append $mounts (dict "name" (printf "ready-file-%d" $i) "mountPath" (dir $file) "readOnly" true "hostPath" (dir $file)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $mounts -}}
 {{- end -}}
