@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -14,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,21 +54,63 @@ func percentile(samples []time.Duration, p float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-// lane is one node with its own driver, agent and watch, so trials can run side by side.
+// benchResource is the device plugin's resource the allocatable scenario's agent waits for.
+const benchResource = "bench.example.com/device"
+
+// gateKind is what a lane's agent waits for.
+type gateKind int
+
+const (
+	// gateCSI is a CSI driver and its CSINode registration.
+	gateCSI gateKind = iota
+	// gateFile is a CNI agent's configuration file (--ready-file).
+	gateFile
+	// gateAllocatable is a device plugin's resource in the Node's allocatable (--require-resource).
+	gateAllocatable
+)
+
+// lane is one node with its own agent, gate and watch, so trials can run side by side.
 type lane struct {
 	e        *env
 	name     string
-	driver   *fakecsi.Driver
+	driver   *fakecsi.Driver // gateCSI
+	file     string          // gateFile: the file the agent waits for
 	interval time.Duration
 	events   <-chan watch.Event
 	stop     func()
 }
 
-func newLane(ctx context.Context, e *env, name string, interval time.Duration, registered bool) (*lane, error) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := e.c.Create(ctx, node); err != nil {
+func newLane(ctx context.Context, e *env, name string, interval time.Duration, registered bool, kind gateKind) (*lane, error) {
+	if err := e.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return nil, err
 	}
+	switch kind {
+	case gateFile:
+		return newFileLane(ctx, e, name, interval)
+	case gateAllocatable:
+		taints := []controllers.TaintSpec{{Key: startupTaint.Key}}
+		required := []controllers.ResourceRequirement{{Name: benchResource, Min: resource.MustParse("1")}}
+		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
+			&controllers.NodeReconciler{NodeName: name, Taints: taints, RequireResources: required, ProbeInterval: interval}, func() {})
+	}
+	return newCSILane(ctx, e, name, interval, registered)
+}
+
+func newFileLane(ctx context.Context, e *env, name string, interval time.Duration) (*lane, error) {
+	dir := filepath.Join(e.work, name, "net.d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	gate, err := controllers.NewFileGate(filepath.Join(dir, "*.conflist"))
+	if err != nil {
+		return nil, err
+	}
+	l := &lane{e: e, name: name, interval: interval, file: filepath.Join(dir, "05-cilium.conflist")}
+	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+		Gates: []controllers.Gate{gate}, ProbeInterval: interval}, func() {})
+}
+
+func newCSILane(ctx context.Context, e *env, name string, interval time.Duration, registered bool) (*lane, error) {
 	if registered {
 		if err := registerCSINode(ctx, e.c, name); err != nil {
 			return nil, err
@@ -75,15 +120,24 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return nil, err
-	}
 	gate, err := controllers.NewCSIGate(driver.Path(), 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}
+	l := &lane{e: e, name: name, driver: driver, interval: interval}
+	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}, func() {
+		_ = gate.Close()
+		driver.Stop()
+	})
+}
+
+// startLane watches the lane's Node and runs r as its agent until the lane stops; then it calls
+// closeGates.
+func startLane(ctx context.Context, e *env, l *lane, r *controllers.NodeReconciler, closeGates func()) (*lane, error) {
+	w, err := e.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", l.name).String()})
+	if err != nil {
+		return nil, err
+	}
 	// The binary's own manager options, as an agent inside this process.
 	mgr, err := ctrl.NewManager(e.cfg, expectations.InProcess(r.ManagerOptions()))
 	if err != nil {
@@ -95,13 +149,14 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(mctx) }()
-	return &lane{e: e, name: name, driver: driver, interval: interval, events: w.ResultChan(), stop: func() {
+	l.events = w.ResultChan()
+	l.stop = func() {
 		cancel()
 		<-done
 		w.Stop()
-		_ = gate.Close()
-		driver.Stop()
-	}}, nil
+		closeGates()
+	}
+	return l, nil
 }
 
 func registerCSINode(ctx context.Context, c client.Client, name string) error {
@@ -197,15 +252,8 @@ func csinodeTrial(ctx context.Context, l *lane) (time.Time, error) {
 	if err := l.e.c.Delete(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: l.name}}); client.IgnoreNotFound(err) != nil {
 		return time.Time{}, err
 	}
-	// The agent must have seen the CSINode go before the taint comes back, or it removes the
-	// taint at once: re-add it until it stays.
-	for {
-		if err := l.setTaint(ctx, true); err != nil {
-			return time.Time{}, err
-		}
-		if _, err := l.waitTaint(ctx, false, 300*time.Millisecond); err != nil {
-			break // held for 300 ms: the agent knows the driver is unregistered
-		}
+	if err := l.holdTaint(ctx); err != nil {
+		return time.Time{}, err
 	}
 	l.drain()
 	t0 := time.Now()
@@ -214,6 +262,59 @@ func csinodeTrial(ctx context.Context, l *lane) (time.Time, error) {
 		err = nil
 	}
 	return t0, err
+}
+
+// holdTaint puts the taint back until it stays for 300 ms: the agent has seen that its gate no
+// longer passes. Without this, a taint re-added before the agent saw the gate fail goes at once.
+func (l *lane) holdTaint(ctx context.Context) error {
+	for {
+		if err := l.setTaint(ctx, true); err != nil {
+			return err
+		}
+		if _, err := l.waitTaint(ctx, false, 300*time.Millisecond); err != nil {
+			return nil // held for 300 ms
+		}
+	}
+}
+
+// fileTrial removes the CNI configuration file, and then writes it, as a CNI agent does when it
+// is ready.
+func fileTrial(ctx context.Context, l *lane) (time.Time, error) {
+	if err := os.Remove(l.file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return time.Time{}, err
+	}
+	if err := l.holdTaint(ctx); err != nil {
+		return time.Time{}, err
+	}
+	l.drain()
+	// At a random phase of the probe interval: the watch, not the next probe, must see it.
+	time.Sleep(rand.N(l.interval))
+	t0 := time.Now()
+	return t0, os.WriteFile(l.file, []byte(`{"cniVersion":"1.0.0","name":"bench","plugins":[{"type":"bench"}]}`), 0o644)
+}
+
+// allocatableTrial withdraws the device plugin's resource from the Node's allocatable, and then
+// publishes it with a status update, as kubelet does once the plugin has registered.
+func allocatableTrial(ctx context.Context, l *lane) (time.Time, error) {
+	setAllocatable := func(n string) error {
+		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+			node := &corev1.Node{}
+			if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
+				return err
+			}
+			node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), benchResource: resource.MustParse(n)}
+			return l.e.c.Status().Update(ctx, node)
+		})
+	}
+	if err := setAllocatable("0"); err != nil {
+		return time.Time{}, err
+	}
+	if err := l.holdTaint(ctx); err != nil {
+		return time.Time{}, err
+	}
+	l.drain()
+	t0 := time.Now()
+	return t0, setAllocatable("1")
 }
 
 func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
@@ -231,13 +332,14 @@ func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
 }
 
 // runScenario runs trials spread over lanes side by side and returns the latencies.
-func runScenario(ctx context.Context, e *env, name string, lanes, trials int, interval time.Duration, registered bool, trial trialFunc) ([]time.Duration, error) {
+func runScenario(ctx context.Context, e *env, name string, lanes, trials int, interval time.Duration, registered bool, kind gateKind,
+	trial trialFunc) ([]time.Duration, error) {
 	var mu sync.Mutex
 	var samples []time.Duration
 	errs := make(chan error, lanes)
 	var wg sync.WaitGroup
 	for i := range lanes {
-		l, err := newLane(ctx, e, fmt.Sprintf("react-%s-%d", name, i), interval, registered)
+		l, err := newLane(ctx, e, fmt.Sprintf("react-%s-%d", name, i), interval, registered, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -277,19 +379,26 @@ func measureReaction(ctx context.Context, e *env, trials int) ([]reactionResult,
 		lanes               int
 		interval, limit     time.Duration
 		registered          bool
+		kind                gateKind
 		trial               trialFunc
 	}{
 		{"probe1s", "driver ready (Probe) to taint removed, --probe-interval=1s", "p99 < interval + 100 ms", 8,
-			time.Second, 1100 * time.Millisecond, true, probeTrial},
+			time.Second, 1100 * time.Millisecond, true, gateCSI, probeTrial},
 		{"probe100ms", "driver ready (Probe) to taint removed, --probe-interval=100ms", "p99 < interval + 100 ms", 2,
-			100 * time.Millisecond, 200 * time.Millisecond, true, probeTrial},
-		{"csinode", "CSINode registration to taint removed", "p99 < 100 ms", 1, time.Second, 100 * time.Millisecond, false, csinodeTrial},
-		{"readd", "taint re-added to taint removed", "p99 < 100 ms", 1, time.Second, 100 * time.Millisecond, true, readdTrial},
+			100 * time.Millisecond, 200 * time.Millisecond, true, gateCSI, probeTrial},
+		{"csinode", "CSINode registration to taint removed", "p99 < 100 ms", 1, time.Second, 100 * time.Millisecond, false, gateCSI, csinodeTrial},
+		{"readd", "taint re-added to taint removed", "p99 < 100 ms", 1, time.Second, 100 * time.Millisecond, true, gateCSI, readdTrial},
+		// The file is watched: it is seen long before the next probe, which alone would take half
+		// an interval (500 ms) at the median and the whole interval at worst.
+		{"file", "CNI configuration file written (--ready-file, watched) to taint removed, --probe-interval=1s", "p99 < 100 ms", 1,
+			time.Second, 100 * time.Millisecond, false, gateFile, fileTrial},
+		{"allocatable", "device plugin's resource published in allocatable (status update) to taint removed", "p99 < 100 ms", 1,
+			time.Second, 100 * time.Millisecond, false, gateAllocatable, allocatableTrial},
 	}
 	var out []reactionResult
 	for _, s := range scenarios {
 		start := time.Now()
-		samples, err := runScenario(ctx, e, s.name, s.lanes, trials, s.interval, s.registered, s.trial)
+		samples, err := runScenario(ctx, e, s.name, s.lanes, trials, s.interval, s.registered, s.kind, s.trial)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
