@@ -176,6 +176,9 @@ func (l *lane) setTaint(ctx context.Context, present bool) error {
 	})
 }
 
+// errNotSeen is waitTaint's answer when the taint did not reach the state it waited for in time.
+var errNotSeen = errors.New("not seen in time")
+
 // waitTaint waits for the watch to show the node with (or without) the startup taint and
 // returns when that event arrived.
 func (l *lane) waitTaint(ctx context.Context, present bool, timeout time.Duration) (time.Time, error) {
@@ -195,7 +198,7 @@ func (l *lane) waitTaint(ctx context.Context, present bool, timeout time.Duratio
 				return time.Now(), nil
 			}
 		case <-deadline:
-			return time.Time{}, fmt.Errorf("node %s: taint present=%v not seen within %s", l.name, present, timeout)
+			return time.Time{}, fmt.Errorf("node %s: taint present=%v: %w within %s", l.name, present, errNotSeen, timeout)
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		}
@@ -271,8 +274,12 @@ func (l *lane) holdTaint(ctx context.Context) error {
 		if err := l.setTaint(ctx, true); err != nil {
 			return err
 		}
-		if _, err := l.waitTaint(ctx, false, 300*time.Millisecond); err != nil {
+		_, err := l.waitTaint(ctx, false, 300*time.Millisecond)
+		if errors.Is(err, errNotSeen) {
 			return nil // held for 300 ms
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
