@@ -42,6 +42,7 @@ var installs = []install{
 	{name: "the Azure Disk sidecar recipe", dir: "../../config/samples/azuredisk-sidecar"},
 	{name: "the EBS sidecar with continuous mode and a Node condition", dir: "testdata/continuous-sidecar"},
 	{name: "the EBS and EFS recipe: one agent, a group per driver", dir: "../../config/samples/ebs-efs"},
+	{name: "the Cilium recipe: a watched ready file, no CSI socket", dir: "../../config/samples/cilium"},
 	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
 	{name: "the Helm chart for EBS with continuous mode and a Node condition", dir: chartDir, chart: &chartRelease{
 		name: "ebs", namespace: "ebs-csi", values: []string{chartDir + "/ci/ebs-values.yaml", "testdata/continuous-values.yaml"}}},
