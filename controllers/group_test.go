@@ -101,6 +101,29 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 	}
 }
 
+func TestEachGroupsFirstRemovalIsCountedOnceWhateverTheOthersDid(t *testing.T) {
+	count, _ := histogram(t, metrics.RemovalSeconds)
+	g := newGroupsTest(t, nil)
+	g.flip(false, true)
+	g.reconcile()
+	g.flip(true, true)
+	g.reconcile()
+	if c, _ := histogram(t, metrics.RemovalSeconds); c-count != 2 {
+		t.Fatalf("%d samples, want one first removal per group", c-count)
+	}
+
+	// A restart, and both taints back: neither removal is a first one now.
+	g.events()
+	g.setTaints(diskTaint, fileTaint)
+	g.set(func(*NodeReconciler) {})
+	g.reconcile()
+	if c, _ := histogram(t, metrics.RemovalSeconds); c-count != 2 {
+		t.Fatalf("%d samples after the restart, want still 2", c-count)
+	}
+	expectEvents(t, g.events(), "Normal TaintRemovedAgain Startup taints [disk.example.com/agent-not-ready:NoExecute]",
+		"Normal TaintRemovedAgain Startup taints [file.example.com/agent-not-ready:NoSchedule]")
+}
+
 func TestGroupsThatPassTogetherGoInOnePatch(t *testing.T) {
 	var sent map[string]any
 	g := newGroupsTest(t, func(obj client.Object, p client.Patch) error {

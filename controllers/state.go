@@ -26,8 +26,8 @@ type nodeState struct {
 	uid types.UID
 	// present is, by spec, whether it was on the node at the last observation.
 	present map[string]bool
-	// removedBefore holds the specs removed from this Node at least once, by this process or,
-	// through RemovedAnnotation, by an earlier one.
+	// removedBefore holds the specs (of this state's group) removed from this Node at least once,
+	// by this process or, through RemovedAnnotation, by an earlier one.
 	removedBefore map[string]bool
 	// readded holds the specs that came back since their last removal.
 	readded map[string]bool
@@ -67,17 +67,20 @@ type observation struct {
 	again bool
 }
 
-// observe records the Node's taints. A Node with a new UID (re-created under the same name)
-// starts a new history; RemovedAnnotation tells which specs were removed before this process.
-// retaint is the spec continuous mode puts back (empty when it is off): only an agent puts it on
-// a Node, so once any startup taint has been removed, finding it means it came back.
+// observe records the Node's taints, as specs select them: one group's. A Node with a new UID
+// (re-created under the same name) starts a new history; RemovedAnnotation tells which of specs
+// were removed before this process (another group's entries are that group's history). retaint
+// is the spec continuous mode puts back (empty when it is off): only an agent puts it on a Node,
+// so once any of specs has been removed, finding it means it came back.
 func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, retaint string, now time.Time) observation {
 	if s.uid != node.UID || s.present == nil {
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
 			readded: map[string]bool{}, waitEvents: map[string]bool{}}
 	}
-	for _, spec := range removedSpecs(node) {
-		s.removedBefore[spec] = true
+	for _, removed := range removedSpecs(node) {
+		if slices.ContainsFunc(specs, func(spec TaintSpec) bool { return spec.String() == removed }) {
+			s.removedBefore[removed] = true
+		}
 	}
 	obs := observation{held: MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
 	for _, spec := range specs {
@@ -196,8 +199,8 @@ type removal struct {
 	// again is set when one of them came back after an earlier removal.
 	again   bool
 	heldFor time.Duration
-	// sinceCreation is the time from the Node's creation; first is set for the Node's first
-	// removal, the one the fleet's removal histogram counts.
+	// sinceCreation is the time from the Node's creation; first is set for the first removal of
+	// the group's taints from the Node, the one the fleet's removal histogram counts.
 	sinceCreation time.Duration
 	first         bool
 	// readyFor is the time from all gates passing (or the taint appearing, if later).
