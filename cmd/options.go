@@ -220,7 +220,8 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 			"0 (the default) waits forever.")
 	fs.Var(optionalDuration{&o.retaintAfter}, "retaint-after",
 		"Continuous mode: when no startup taint is on the Node and a gate has not passed for this long, put the first --taint's key "+
-			"back with effect NoSchedule, and remove it once every gate has passed for as long; 0 or empty (the default) is off.")
+			"(with --config, each group's) back with effect NoSchedule, and remove it once every gate has passed for as long; "+
+			"0 or empty (the default) is off.")
 	fs.BoolVar(&o.dryRun, "dry-run", false,
 		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
 			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")

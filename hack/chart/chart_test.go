@@ -114,6 +114,25 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 	}
 }
 
+// TestGroupsWatchingOneDirectoryMountItOnce checks that two groups whose ready files share a
+// directory do not make a pod with the same mount path twice, which the API server refuses.
+func TestGroupsWatchingOneDirectoryMountItOnce(t *testing.T) {
+	out, err := Template(chartDir, "str", "kube-system", nil, []string{
+		"groups[0].name=a", "groups[0].taints[0]=a.example.com/x", "groups[0].readyFiles[0]=/etc/cni/net.d/a.conf",
+		"groups[1].name=b", "groups[1].taints[0]=b.example.com/x", "groups[1].readyFiles[0]=/etc/cni/net.d/b.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "mountPath: /etc/cni/net.d\n"); n != 1 {
+		t.Fatalf("/etc/cni/net.d mounted %d times, want once:\n%s", n, out)
+	}
+	for _, want := range []string{`ready-file: ["/etc/cni/net.d/a.conf"]`, `ready-file: ["/etc/cni/net.d/b.conf"]`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the groups file lacks %s", want)
+		}
+	}
+}
+
 func TestPackageWritesAVersionedArchivePointingAtTheReleasedImage(t *testing.T) {
 	path, err := Package(chartDir, "v1.2.3", "registry.example.com/str", t.TempDir())
 	if err != nil {

@@ -101,6 +101,7 @@ at the same path as on the host, and with groups their file.
 */}}
 {{- define "str.mounts" -}}
 {{- $mounts := list -}}
+{{- $dirs := list -}}
 {{- if .Values.groups -}}
 {{- $mounts = append $mounts (dict "name" "groups" "mountPath" "/etc/startup-taint-remover" "readOnly" true "configMap" (printf "%s-groups" (include "str.fullname" .))) -}}
 {{- range .Values.groups -}}
@@ -109,7 +110,11 @@ at the same path as on the host, and with groups their file.
 {{- end -}}
 {{- $group := .name -}}
 {{- range $i, $file := .readyFiles -}}
+{{- /* Two groups may watch one directory; it is mounted once. */ -}}
+{{- if not (has (dir $file) $dirs) -}}
+{{- $dirs = append $dirs (dir $file) -}}
 {{- $mounts = append $mounts (dict "name" (printf "ready-file-%s-%d" $group $i) "mountPath" (dir $file) "readOnly" true "hostPath" (dir $file)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- else -}}
