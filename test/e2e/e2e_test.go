@@ -75,6 +75,27 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		Expect(time.Since(start)).To(BeNumerically("<", 2*time.Second))
 	})
 
+	It("removes a CNI agent's taint as soon as its configuration file appears, without waiting for a probe", func(ctx SpecContext) {
+		cilium := corev1.Taint{Key: "node.cilium.io/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-cni"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{cilium}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+		netd := filepath.Join(GinkgoT().TempDir(), "net.d")
+		Expect(os.Mkdir(netd, 0o755)).To(Succeed())
+		// An hour between probes: only the watch of the directory can see the file in time.
+		session := runBinary("--kubeconfig="+kubeconfig, "--node-name="+node.Name, "--taint="+cilium.ToString(),
+			"--ready-file="+filepath.Join(netd, "05-cilium.conflist"), "--probe-interval=1h",
+			"--metrics-bind-address=0", "--health-probe-bind-address=0")
+		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"file"`))
+		Consistently(hasTaint(ctx, k8sClient, node.Name, cilium.Key), "1s").Should(BeTrue())
+
+		By("the CNI agent writing its configuration")
+		Expect(os.WriteFile(filepath.Join(netd, "05-cilium.conflist"), []byte(`{"cniVersion":"1.0.0","name":"cilium"}`), 0o644)).To(Succeed())
+		start := time.Now()
+		Eventually(hasTaint(ctx, k8sClient, node.Name, cilium.Key), 10*time.Second, 10*time.Millisecond).Should(BeFalse())
+		GinkgoWriter.Printf("the taint went %s after the file was written, with an hour between probes\n", time.Since(start))
+	})
+
 	It("exits with status 2 and one line naming the flag, without contacting the API server", func() {
 		var requests atomic.Int64
 		apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

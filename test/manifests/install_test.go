@@ -616,11 +616,18 @@ var _ = Describe("the rendered installs", func() {
 				err := patchNode(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) { removeStartup(n); add(back)(n) })
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
 
-				Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed())
-				Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
-					n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
-					n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() + "," + back.Key + ":NoSchedule"
-				})).To(Succeed(), "and takes it off again, recording it")
+				// Each group's own: its first key.
+				var record []string
+				for _, g := range a.groupTaints {
+					back := corev1.Taint{Key: g[0].Key, Effect: corev1.TaintEffectNoSchedule}
+					Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed(), "puts %s back", back.ToString())
+					record = append(record, g[0].String(), back.ToString())
+					slices.Sort(record)
+					Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
+						n.Annotations[controllers.RemovedAnnotation] = strings.Join(slices.Compact(slices.Clone(record)), ",")
+					})).To(Succeed(), "and takes %s off again, recording it", back.ToString())
+				}
 			})
 
 			It("lets the agent write exactly its own Node condition, and only when the install names one", func(ctx SpecContext) {
