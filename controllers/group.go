@@ -49,8 +49,8 @@ type group struct {
 	state     nodeState
 }
 
-// groups returns the reconciler's groups as configured: Groups, or the one group its own fields
-// describe.
+// configuredGroups returns the reconciler's groups as configured: Groups, or the one group its
+// own fields describe.
 func (r *NodeReconciler) configuredGroups() []Group {
 	if len(r.Groups) > 0 {
 		return r.Groups
@@ -151,7 +151,7 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 	return g
 }
 
-// anyGroup reports whether any group has what has asks for.
+// anyGroup reports whether has holds for any of the built groups.
 func (r *NodeReconciler) anyGroup(has func(*group) bool) bool {
 	return slices.ContainsFunc(r.groups, has)
 }
