@@ -413,9 +413,10 @@ func (o *options) readGroups(explicit map[string]bool) error {
 	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
 	for i, settings := range file.Groups {
 		at := fmt.Sprintf("groups[%d]", i)
-		g, explicit, err := parseGroup(settings, func(flag string) string { return at + "." + flag })
+		setting := func(flag string) string { return at + "." + flag }
+		g, explicit, err := parseGroup(settings, setting)
 		if err == nil {
-			err = o.validateGroup(&g, explicit, func(flag string) string { return at + "." + flag })
+			err = o.validateGroup(&g, explicit, setting)
 		}
 		switch {
 		case err != nil:
@@ -427,7 +428,7 @@ func (o *options) readGroups(explicit map[string]bool) error {
 			err = fmt.Errorf("%s.condition-type: %q is group %s's", at, g.conditionType, conditions[g.conditionType])
 		}
 		for _, spec := range g.taints {
-			if other, ok := keys[spec.Key]; ok && err == nil {
+			if other, ok := keys[spec.Key]; ok && other != g.name && err == nil {
 				err = fmt.Errorf("%s.taint: %s is group %s's too; each taint has one group", at, spec.Key, other)
 			}
 			keys[spec.Key] = g.name

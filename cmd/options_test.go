@@ -196,6 +196,10 @@ const twoGroups = `groups:
   csi-address: /csi/efs/csi.sock
   require-csinode: false
   require-resource: [example.com/dev, example.com/other=2]
+- name: cni
+  # One key with two effects, both this group's.
+  taint: [node.example.com/cni-not-ready:NoSchedule, node.example.com/cni-not-ready:NoExecute]
+  ready-file: /etc/cni/net.d/05-example.conflist
 `
 
 func TestParseOptionsConfigGroups(t *testing.T) {
@@ -203,8 +207,8 @@ func TestParseOptionsConfigGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.groups) != 2 {
-		t.Fatalf("groups %+v, want 2", o.groups)
+	if len(o.groups) != 3 {
+		t.Fatalf("groups %+v, want 3", o.groups)
 	}
 	ebs, efs := o.groups[0], o.groups[1]
 	if ebs.name != "ebs" || len(ebs.taints) != 1 || ebs.taints[0] != (controllers.TaintSpec{Key: "ebs.csi.aws.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}) ||
