@@ -154,6 +154,18 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 	}
 }
 
+// reportConflict counts, for each plan that removes taints, a patch that lost a race with another
+// writer; orig is the Node the lost patch was made from.
+func (r *NodeReconciler) reportConflict(orig *corev1.Node, plans []*plan) {
+	for _, p := range plans {
+		if p.remove {
+			for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
+				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
+			}
+		}
+	}
+}
+
 // permissionsChanged asks for a new confinement check: a patch that was allowed is now
 // forbidden, or the other way round.
 func (r *NodeReconciler) permissionsChanged() {

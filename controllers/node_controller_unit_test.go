@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -89,12 +91,16 @@ func TestReconcileRetriesAConflictAndKeepsTheOtherWritersTaint(t *testing.T) {
 		},
 	}).Build()
 	r := newTestReconciler(t, c)
+	conflicts := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultConflict))
 
 	if err := reconcileNode(t, r); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	if patches != 2 {
 		t.Fatalf("want a conflict and one retry (2 patches), got %d", patches)
+	}
+	if got := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultConflict)) - conflicts; got != 1 {
+		t.Fatalf(`startup_taint_removals_total{result="conflict"} rose by %v, want 1`, got)
 	}
 	got := &corev1.Node{}
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {

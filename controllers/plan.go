@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // plan is what one reconcile decided for one group, and, once written, what the write did.
@@ -81,15 +79,7 @@ func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*
 		for _, p := range plans {
 			p.apply(n)
 		}
-	}, func(orig *corev1.Node) {
-		for _, p := range plans {
-			if p.remove {
-				for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
-					metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
-				}
-			}
-		}
-	})
+	}, func(orig *corev1.Node) { r.reportConflict(orig, plans) })
 	if apierrors.IsForbidden(err) && len(plans) > 1 {
 		for _, p := range plans {
 			r.write(ctx, base.DeepCopy(), []*plan{p})
