@@ -114,22 +114,38 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 	}
 }
 
-// TestGroupsWatchingOneDirectoryMountItOnce checks that two groups whose ready files share a
-// directory do not make a pod with the same mount path twice, which the API server refuses.
-func TestGroupsWatchingOneDirectoryMountItOnce(t *testing.T) {
-	out, err := Template(chartDir, "str", "kube-system", nil, []string{
-		"groups[0].name=a", "groups[0].taints[0]=a.example.com/x", "groups[0].readyFiles[0]=/etc/cni/net.d/a.conf",
-		"groups[1].name=b", "groups[1].taints[0]=b.example.com/x", "groups[1].readyFiles[0]=/etc/cni/net.d/b.conf"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(out, "mountPath: /etc/cni/net.d\n"); n != 1 {
-		t.Fatalf("/etc/cni/net.d mounted %d times, want once:\n%s", n, out)
-	}
-	for _, want := range []string{`ready-file: ["/etc/cni/net.d/a.conf"]`, `ready-file: ["/etc/cni/net.d/b.conf"]`} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("the groups file lacks %s", want)
-		}
+// TestReadyFilesInOneDirectoryMountItOnce checks that ready files sharing a directory, of one
+// agent or of two groups, do not make a pod with the same mount path twice, which the API server
+// refuses.
+func TestReadyFilesInOneDirectoryMountItOnce(t *testing.T) {
+	for name, tt := range map[string]struct {
+		sets []string
+		want []string
+	}{
+		"one agent": {[]string{"readyURL=", "csi.socketDir=", "taints[0]=a.example.com/x",
+			"readyFiles[0]=/etc/cni/net.d/a.conf", "readyFiles[1]=/etc/cni/net.d/b.conf", "readyFiles[2]=/run/x/ready"},
+			[]string{"--ready-file=/etc/cni/net.d/a.conf", "--ready-file=/etc/cni/net.d/b.conf", "mountPath: /run/x\n"}},
+		"two groups": {[]string{
+			"groups[0].name=a", "groups[0].taints[0]=a.example.com/x", "groups[0].readyFiles[0]=/etc/cni/net.d/a.conf",
+			"groups[1].name=b", "groups[1].taints[0]=b.example.com/x", "groups[1].readyFiles[0]=/etc/cni/net.d/b.conf",
+			"groups[1].readyURL=http://127.0.0.1:9808/healthz#x"},
+			[]string{`ready-file: ["/etc/cni/net.d/a.conf"]`, `ready-file: ["/etc/cni/net.d/b.conf"]`,
+				`ready-url: "http://127.0.0.1:9808/healthz#x"`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := Template(chartDir, "str", "kube-system", nil, tt.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(out, "mountPath: /etc/cni/net.d\n"); n != 1 {
+				t.Fatalf("/etc/cni/net.d mounted %d times, want once:\n%s", n, out)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(out, want) {
+					t.Fatalf("the render lacks %s:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 

@@ -60,7 +60,7 @@ groups:
   require-allocatable: {{ .csi.requireAllocatable | default false }}
   {{- end }}
   {{- with .readyURL }}
-  ready-url: {{ . }}
+  ready-url: {{ toJson . }}
   {{- end }}
   {{- with .readyFiles }}
   ready-file: {{ toJson . }}
@@ -96,33 +96,30 @@ release's name and labels. Call it with (list $ "files/NAME.yaml" "name-suffix")
 
 {{/*
 str.mounts lists the pod's volumes, each with where the container mounts it: the CSI socket
-directory at /csi (with groups, each group's at /csi/NAME), each ready file's directory read-only
-at the same path as on the host, and with groups their file.
+directory at /csi (with groups, the groups file, and each group's socket directory at /csi/NAME),
+and each ready file's directory read-only at the same path as on the host, once however many
+files (of however many groups) it holds.
 */}}
 {{- define "str.mounts" -}}
 {{- $mounts := list -}}
-{{- $dirs := list -}}
+{{- $files := .Values.readyFiles -}}
 {{- if .Values.groups -}}
 {{- $mounts = append $mounts (dict "name" "groups" "mountPath" "/etc/startup-taint-remover" "readOnly" true "configMap" (printf "%s-groups" (include "str.fullname" .))) -}}
+{{- $files = list -}}
 {{- range .Values.groups -}}
 {{- if and .csi .csi.socketDir -}}
 {{- $mounts = append $mounts (dict "name" (printf "plugin-dir-%s" .name) "mountPath" (printf "/csi/%s" .name) "hostPath" .csi.socketDir) -}}
 {{- end -}}
-{{- $group := .name -}}
-{{- range $i, $file := .readyFiles -}}
-{{- /* Two groups may watch one directory; it is mounted once. */ -}}
-{{- if not (has (dir $file) $dirs) -}}
-{{- $dirs = append $dirs (dir $file) -}}
-{{- $mounts = append $mounts (dict "name" (printf "ready-file-%s-%d" $group $i) "mountPath" (dir $file) "readOnly" true "hostPath" (dir $file)) -}}
+{{- $files = concat $files (.readyFiles | default list) -}}
 {{- end -}}
-{{- end -}}
-{{- end -}}
-{{- else -}}
-{{- if .Values.csi.socketDir -}}
+{{- else if .Values.csi.socketDir -}}
 {{- $mounts = append $mounts (dict "name" "plugin-dir" "mountPath" "/csi" "hostPath" .Values.csi.socketDir) -}}
 {{- end -}}
-{{- range $i, $file := .Values.readyFiles -}}
-{{- $mounts = append $mounts (dict "name" (printf "ready-file-%d" $i) "mountPath" (dir $file) "readOnly" true "hostPath" (dir $file)) -}}
+{{- $dirs := list -}}
+{{- range $files -}}
+{{- if not (has (dir .) $dirs) -}}
+{{- $mounts = append $mounts (dict "name" (printf "ready-file-%d" (len $dirs)) "mountPath" (dir .) "readOnly" true "hostPath" (dir .)) -}}
+{{- $dirs = append $dirs (dir .) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $mounts -}}
