@@ -95,8 +95,14 @@ func (a agent) removedRecord() string {
 	for _, spec := range a.taints {
 		specs = append(specs, spec.String())
 	}
+	return record(specs)
+}
+
+// record is RemovedAnnotation's value for the specs removed: sorted, each once.
+func record(specs []string) string {
+	specs = slices.Clone(specs)
 	slices.Sort(specs)
-	return strings.Join(specs, ",")
+	return strings.Join(slices.Compact(specs), ",")
 }
 
 // retaints are the taints continuous mode may put back: each group's first key, NoSchedule.
@@ -617,15 +623,14 @@ var _ = Describe("the rendered installs", func() {
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
 
 				// Each group's own: its first key.
-				var record []string
+				var removed []string
 				for _, g := range a.groupTaints {
 					back := corev1.Taint{Key: g[0].Key, Effect: corev1.TaintEffectNoSchedule}
 					Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed(), "puts %s back", back.ToString())
-					record = append(record, g[0].String(), back.ToString())
-					slices.Sort(record)
+					removed = append(removed, g[0].String(), back.ToString())
 					Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
 						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
-						n.Annotations[controllers.RemovedAnnotation] = strings.Join(slices.Compact(slices.Clone(record)), ",")
+						n.Annotations[controllers.RemovedAnnotation] = record(removed)
 					})).To(Succeed(), "and takes %s off again, recording it", back.ToString())
 				}
 			})
