@@ -302,7 +302,7 @@ func (o *options) validate(explicit map[string]bool) error {
 		return err
 	}
 	if o.configFile == "" {
-		if err := o.validateGroup(&o.groupOptions, explicit, func(flag string) string { return "--" + flag }); err != nil {
+		if err := o.validateGroup(&o.groupOptions, explicit, func(name string) string { return "--" + name }); err != nil {
 			return err
 		}
 		o.groups = []groupOptions{o.groupOptions}
@@ -413,7 +413,7 @@ func (o *options) readGroups(explicit map[string]bool) error {
 	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
 	for i, settings := range file.Groups {
 		at := fmt.Sprintf("groups[%d]", i)
-		setting := func(flag string) string { return at + "." + flag }
+		setting := func(name string) string { return at + "." + name }
 		g, explicit, err := parseGroup(settings, setting)
 		if err == nil {
 			err = o.validateGroup(&g, explicit, setting)
