@@ -17,6 +17,10 @@ GOARCH ?= $(shell go env GOARCH)
 ENVTEST_ASSETS ?= $(HOME)/.local/share/kubebuilder-envtest/k8s/$(ENVTEST_K8S_VERSION)-$(GOOS)-$(GOARCH)
 KUBEBUILDER_ASSETS ?= $(ENVTEST_ASSETS)
 export KUBEBUILDER_ASSETS
+# Where hack/kustomize builds the kustomize releases, once per machine like the envtest binaries;
+# the manifests test reads it too.
+KUSTOMIZE_RELEASES ?= $(HOME)/.local/share/startup-taint-remover/kustomize
+export KUSTOMIZE_RELEASES
 
 # Setting SHELL to bash allows bash commands to be executed by recipes.
 SHELL = /usr/bin/env bash -o pipefail
@@ -42,10 +46,11 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: fmt vet envtest chart-tool ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's tests.
-	@# -count=1: the end-to-end tests build the binary themselves, which go test's cache cannot see.
+test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's tests.
+	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
+	@# chart, which go test's cache cannot see.
 	go test -race -count=1 ./... -coverprofile cover.out
-	go -C hack/chart test ./...
+	go -C hack/chart test -count=1 ./...
 
 FUZZTIME ?= 1m
 .PHONY: fuzz
@@ -156,9 +161,13 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 
 .PHONY: kustomize
-kustomize: $(KUSTOMIZE) ## Build kustomize locally if necessary.
-$(KUSTOMIZE): $(LOCALBIN)
-	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+kustomize: $(LOCALBIN) ## Build the pinned kustomize (KUSTOMIZE_VERSION) from hack/kustomize if necessary.
+	@hack/kustomize/build.sh "$(KUSTOMIZE_RELEASES)" $(KUSTOMIZE_VERSION)
+	@ln -sf "$(KUSTOMIZE_RELEASES)/kustomize-$(KUSTOMIZE_VERSION)" "$(KUSTOMIZE)"
+
+.PHONY: kustomize-releases
+kustomize-releases: ## Build every kustomize release that kubectl, Argo CD and Flux bundle (hack/kustomize), once per machine.
+	hack/kustomize/build.sh "$(KUSTOMIZE_RELEASES)"
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint locally if necessary.

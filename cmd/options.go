@@ -86,12 +86,26 @@ func (f taintFlag) String() string {
 // one environment variable, written when the manifests are rendered from the same string as the
 // admission policy's.
 func (f taintFlag) Set(v string) error {
+	if err := unrendered(v); err != nil {
+		return err
+	}
 	for _, item := range strings.Split(v, ",") {
 		s, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
 		if err != nil {
 			return err
 		}
 		*f.specs = append(*f.specs, s)
+	}
+	return nil
+}
+
+// unrendered refuses a value that is still one of the manifests' placeholders (\TAINTS,
+// \RETAINTAFTER, \CONDITIONTYPE): the tool that rendered them did not run the replacements of
+// config/components/taints, and the admission policy it rendered cannot have been applied either.
+func unrendered(v string) error {
+	if strings.HasPrefix(v, `\`) {
+		return fmt.Errorf("%q is a placeholder of the manifests that their renderer left in: "+
+			"render them with kustomize v5.4.2 or later (see the README's Install)", v)
 	}
 	return nil
 }
@@ -148,6 +162,9 @@ func (f optionalDuration) String() string {
 }
 
 func (f optionalDuration) Set(v string) error {
+	if err := unrendered(v); err != nil {
+		return err
+	}
 	if v == "" {
 		*f.d = 0
 		return nil
@@ -363,6 +380,9 @@ func (o *options) validateGroupModes(g *groupOptions, setting func(string) strin
 		return fmt.Errorf("%s: cannot be written with --dry-run, which never writes to the Node", setting("condition-type"))
 	}
 	if g.conditionType != "" {
+		if err := unrendered(g.conditionType); err != nil {
+			return fmt.Errorf("%s: %w", setting("condition-type"), err)
+		}
 		if err := controllers.ValidateConditionType(g.conditionType); err != nil {
 			return fmt.Errorf("%s: %w", setting("condition-type"), err)
 		}

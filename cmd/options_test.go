@@ -113,6 +113,9 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"metrics port out of range", []string{csi, "--metrics-bind-address=:70000"}, node, "--metrics-bind-address"},
 		{"health address empty", []string{csi, "--health-probe-bind-address="}, node, "--health-probe-bind-address"},
 		{"health port not a number", []string{csi, "--health-probe-bind-address=:http"}, node, "--health-probe-bind-address"},
+		{"taints left unrendered", []string{csi, `--taint=\TAINTS`}, node, `-taint: "\\TAINTS" is a placeholder`},
+		{"re-taint delay left unrendered", []string{csi, `--retaint-after=\RETAINTAFTER`}, node, `-retaint-after: "\\RETAINTAFTER" is a placeholder`},
+		{"condition type left unrendered", []string{csi, `--condition-type=\CONDITIONTYPE`}, node, `--condition-type: "\\CONDITIONTYPE" is a placeholder`},
 		{"log level unknown", []string{csi, "--zap-log-level=loud"}, node, "-zap-log-level"},
 	}
 	for _, tt := range tests {

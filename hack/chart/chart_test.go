@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,10 @@ func valueFiles(t *testing.T) [][]string {
 	return out
 }
 
+// placeholder matches what config/policy holds until the settings are written in (STARTUP_TAINTS,
+// an environment variable's name, is not one).
+var placeholder = regexp.MustCompile(`(^|[^_A-Z])TAINTS|RETAINTAFTER|CONDITIONTYPE`)
+
 func TestTheChartLintsAndRendersWithEachDriversValues(t *testing.T) {
 	for _, files := range valueFiles(t) {
 		t.Run(strings.Join(append([]string{"defaults"}, files...), "+"), func(t *testing.T) {
@@ -44,10 +49,8 @@ func TestTheChartLintsAndRendersWithEachDriversValues(t *testing.T) {
 					t.Errorf("the rendered chart lacks %q", want)
 				}
 			}
-			for _, placeholder := range []string{"'TAINTS'", "RETAINTAFTER", "CONDITIONTYPE"} {
-				if strings.Contains(out, placeholder) {
-					t.Errorf("a placeholder is left: %s", placeholder)
-				}
+			if left := placeholder.FindString(out); left != "" {
+				t.Errorf("a placeholder is left: %s", left)
 			}
 		})
 	}

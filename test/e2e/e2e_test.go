@@ -160,6 +160,10 @@ current-context: c
 			{[]string{"--kubeconfig=" + garbage}, "--kubeconfig"},
 			{[]string{"--zap-log-level=loud"}, "-zap-log-level"},
 			{[]string{"--zap-encoder=xml"}, "-zap-encoder"},
+			// A renderer that left the manifests' placeholders in the DaemonSet.
+			{[]string{`--taint=\TAINTS`}, "placeholder"},
+			{[]string{`--retaint-after=\RETAINTAFTER`}, "placeholder"},
+			{[]string{`--condition-type=\CONDITIONTYPE`}, "placeholder"},
 			{[]string{"--bogus"}, "-bogus"},
 			{[]string{"extra-argument"}, "unexpected argument"},
 		} {

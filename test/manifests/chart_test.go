@@ -18,7 +18,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
 // chartDir is the Helm chart, relative to this package.
@@ -80,19 +81,9 @@ func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 	out, err := cmd.Output()
 	Expect(err).NotTo(HaveOccurred(), "chart %v: %s", args, stderr.String())
 	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.namespace}}}
-	objs := []*unstructured.Unstructured{ns}
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); err != nil {
-			Expect(err.Error()).To(Equal("EOF"))
-			break
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
-		}
-	}
-	return objs
+	objs, err := objects.Decode(out)
+	Expect(err).NotTo(HaveOccurred())
+	return append([]*unstructured.Unstructured{ns}, objs...)
 }
 
 // layoutFree is v as JSON with every run of spaces and line breaks made one space. CEL does not

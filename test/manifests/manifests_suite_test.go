@@ -21,11 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
 var (
@@ -59,17 +57,9 @@ var _ = BeforeSuite(func() {
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
 func render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	objs, err := objects.FromKustomization(dir)
 	Expect(err).NotTo(HaveOccurred())
-	out := make([]*unstructured.Unstructured, 0, len(resMap.Resources()))
-	for _, res := range resMap.Resources() {
-		data, err := res.AsYAML()
-		Expect(err).NotTo(HaveOccurred())
-		obj := &unstructured.Unstructured{}
-		Expect(yaml.Unmarshal(data, &obj.Object)).To(Succeed())
-		out = append(out, obj)
-	}
-	return out
+	return objs
 }
 
 // only returns the rendered objects of kind, converted to their typed form T.

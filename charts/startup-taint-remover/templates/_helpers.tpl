@@ -86,9 +86,9 @@ release's name and labels. Call it with (list $ "files/NAME.yaml" "name-suffix")
 {{- define "str.render" -}}
 {{- $root := index . 0 -}}
 {{- $text := $root.Files.Get (index . 1) -}}
-{{- $text = $text | replace "'TAINTS'" (printf "'%s'" (include "str.taints" $root)) -}}
-{{- $text = $text | replace "'RETAINTAFTER'" (printf "'%s'" $root.Values.retaintAfter) -}}
-{{- $text = $text | replace "'CONDITIONTYPE'" (printf "'%s'" (include "str.conditionTypes" $root)) -}}
+{{- $text = $text | replace `'\\TAINTS'` (printf "'%s'" (include "str.taints" $root)) -}}
+{{- $text = $text | replace `'\\RETAINTAFTER'` (printf "'%s'" $root.Values.retaintAfter) -}}
+{{- $text = $text | replace `'\\CONDITIONTYPE'` (printf "'%s'" (include "str.conditionTypes" $root)) -}}
 {{- $obj := fromYaml $text -}}
 {{- $_ := set $obj "metadata" (dict "name" (printf "%s-%s" (include "str.fullname" $root) (index . 2)) "labels" (fromYaml (include "str.labels" $root))) -}}
 {{- toYaml $obj -}}
