@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,19 +56,33 @@ var confinementRetry = struct{ initial, limit time.Duration }{time.Second, MaxRe
 // here, when the manifests are rendered (config/components/taints), and grants nothing real.
 // +kubebuilder:rbac:groups=startup-taint-remover.github.io,resources=startuptaints,resourceNames=TAINTS,verbs=remove
 
-// ConfinementCheck asks the API server whether the admission policy judges this agent: it sends a
-// dry-run request (which passes through admission and writes nothing) to label its own Node, which
-// the policy must refuse. Every install path that breaks the policy's match, including ones this
-// project never rendered, shows at once as a gauge, a Warning event and one log line.
+// ConfinementCheck asks the API server, with requests that pass through admission and write
+// nothing (server-side dry runs), whether the agent's install lets it do its job and nothing more.
+// It checks both directions:
 //
-// It checks when it starts and whenever Recheck is called (NodeReconciler calls it when its
-// patches change between forbidden and allowed, a sign that its permissions changed).
+//   - Its job: the patch that removes the startup taints it serves from its own Node, as the
+//     reconciler sends it, must be admitted. Until the API server has said so, and while it refuses,
+//     Ready fails, so a DaemonSet rollout of a broken install stops at its first pods instead of
+//     leaving every new node tainted; a refusal shows as the startup_taint_removal_refused gauge, a
+//     RemovalRefused Warning event that quotes the API server, and one log line.
+//   - Nothing more: labelling its own Node must be refused by the admission policy. Every install
+//     path that breaks the policy's match, including ones this project never rendered, shows at
+//     once as the startup_taint_confined gauge, a NotConfined Warning event and one log line.
+//
+// It checks when it starts, again on a backoff while an answer is missing or the removal is
+// refused, and whenever Recheck is called (NodeReconciler calls it when its patches change between
+// forbidden and allowed, a sign that its permissions changed).
 type ConfinementCheck struct {
-	// Client sends the dry-run patch. Set by NodeReconciler.SetupWithManager when nil.
+	// Client sends the dry-run patches. Set by NodeReconciler.SetupWithManager when nil.
 	Client client.Client
 	// NodeName is the agent's own Node. Set by NodeReconciler.SetupWithManager when empty.
 	NodeName string
-	// Recorder records the NotConfined event. Set by NodeReconciler.SetupWithManager when nil.
+	// Taints returns the startup taints the agent serves, whose removal the check asks about: the
+	// dry run removes the ones on the Node and lists them all in its removed record. Set by
+	// NodeReconciler.SetupWithManager when nil.
+	Taints func() []TaintSpec
+	// Recorder records the NotConfined and RemovalRefused events. Set by
+	// NodeReconciler.SetupWithManager when nil.
 	Recorder events.EventRecorder
 	// Require stops the check, and with it the manager, with an error when the agent is not
 	// confined, so an agent that would hold more power than intended refuses to run.
@@ -75,6 +92,12 @@ type ConfinementCheck struct {
 
 	recheck chan struct{}
 	last    string
+
+	mu sync.Mutex
+	// answered is set once the API server has answered the dry-run removal; refusal is its
+	// refusal, nil when it admitted it.
+	answered bool
+	refusal  error
 }
 
 // NewConfinementCheck returns a check; Require makes an unconfined agent stop.
@@ -103,6 +126,13 @@ func (c *ConfinementCheck) Start(ctx context.Context) error {
 	ctx = log.IntoContext(ctx, logger)
 	retry := time.Duration(0)
 	for {
+		settled := false // the removal was admitted
+		if node, refusal, err := c.CheckRemoval(ctx); err != nil {
+			logger.V(4).Info("the dry-run removal reached no answer; retrying", "error", err.Error())
+		} else {
+			c.reportRemoval(ctx, node, refusal)
+			settled = refusal == nil
+		}
 		outcome, node, err := c.Check(ctx)
 		if err != nil {
 			logger.V(4).Info("confinement check reached no verdict; retrying", "error", err.Error())
@@ -113,7 +143,7 @@ func (c *ConfinementCheck) Start(ctx context.Context) error {
 					"install the policy (config/policy) and bind the agent's ClusterRole to the pod's service account")
 			}
 		}
-		if err == nil && outcome != CannotWrite {
+		if settled && err == nil && outcome != CannotWrite {
 			retry = 0
 			select {
 			case <-ctx.Done():
@@ -133,6 +163,56 @@ func (c *ConfinementCheck) Start(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
+}
+
+// Ready fails until the API server has admitted the dry-run removal, and while it refuses it: an
+// agent that cannot remove its startup taints must not count as ready. NodeReconciler.SetupWithManager
+// adds it to the manager's readiness checks (/readyz).
+func (c *ConfinementCheck) Ready(*http.Request) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.answered:
+		return errors.New("the API server has not answered the dry-run removal of the startup taints yet")
+	case c.refusal != nil:
+		return fmt.Errorf("the API server refuses the removal of the startup taints: %w", c.refusal)
+	}
+	return nil
+}
+
+// CheckRemoval sends, in a dry run, the patch that removes the agent's startup taints from its
+// Node, as the reconciler would send it, and returns the Node and the API server's refusal (nil
+// when it admitted the patch). An error means no answer: the Node is not there yet, or the API
+// server did not answer.
+func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node, refusal error, err error) {
+	node = &corev1.Node{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: c.NodeName}, node); err != nil {
+		return nil, nil, fmt.Errorf("reading node %s: %w", c.NodeName, err)
+	}
+	orig := node.DeepCopy()
+	if c.Taints != nil {
+		specs := c.Taints()
+		removeTaints(node, specs)
+		// Once its taints are gone, their removal changes nothing that the policy's settings judge;
+		// listing them in the removed record, which the policy allows for the agent's own taints
+		// only, still puts the settings to the test, wherever this install has not removed them yet.
+		if len(specs) > 0 {
+			if node.Annotations == nil {
+				node.Annotations = map[string]string{}
+			}
+			node.Annotations[RemovedAnnotation] = withRemoved(node, specs)
+		}
+	}
+	// The reconciler's own patch: a merge patch locked to the resourceVersion it read.
+	err = c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
+		client.DryRunAll, client.FieldOwner(FieldManager))
+	switch {
+	case err == nil:
+		return orig, nil, nil
+	case refused(err):
+		return orig, err, nil
+	}
+	return nil, nil, fmt.Errorf("dry-run removal of the startup taints from node %s: %w", c.NodeName, err)
 }
 
 // Check sends the dry-run request and classifies the answer. An error means no verdict (the Node
@@ -181,4 +261,65 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 			"No admission policy judges this agent (a dry-run change of this Node's labels was admitted): "+
 				"it could change any Node its RBAC allows. Install the own-node policy and bind the agent's ClusterRole to its service account.")
 	}
+}
+
+// ReasonRemovalRefused is the event reason when the API server refuses the agent's dry-run
+// removal of its startup taints; ReasonRemovalAdmitted, when it admits it again.
+const (
+	ReasonRemovalRefused  = "RemovalRefused"
+	ReasonRemovalAdmitted = "RemovalAdmitted"
+)
+
+// reportRemoval sets the gauge on every answer, and logs and records an event only when the
+// answer changes: refused, refused for another reason, or admitted after a refusal.
+func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node, refusal error) {
+	metrics.RemovalRefused.Set(boolToFloat(refusal != nil))
+	c.mu.Lock()
+	wasRefused, wasAnswered := c.refusal != nil, c.answered
+	same := wasAnswered && (refusal == nil && !wasRefused || refusal != nil && wasRefused && refusal.Error() == c.refusal.Error())
+	c.answered, c.refusal = true, refusal
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	logger := log.FromContext(ctx)
+	if refusal == nil {
+		if wasRefused {
+			logger.Info("the API server admits this agent's removal of its startup taints again; the agent is ready")
+			c.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonRemovalAdmitted, "CheckRemoval",
+				"The API server admits this agent's removal of its startup taints again (a dry run of its patch); the agent is ready")
+		}
+		return
+	}
+	advice := refusalAdvice(refusal)
+	logger.Error(refusal, "the API server refuses this agent's removal of its startup taints; the agent is not ready until it is admitted",
+		"check", advice)
+	const format = "The API server refuses this agent's removal of its startup taints (a dry run of its patch), " +
+		"so it is not ready: %s. Check %s"
+	// A policy's refusal quotes its CEL expression over several lines; one line reads better.
+	quoted := elide(strings.Join(strings.Fields(refusal.Error()), " "), maxNote-len(format)-len(advice))
+	c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
+}
+
+// policyName finds the policy in the API server's words for a refusal by a
+// ValidatingAdmissionPolicy.
+var policyName = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']+)'`)
+
+// refusalAdvice says what to check for a refused removal: the policy that refused it and the
+// agent's setting it must agree with, or the agent's RBAC.
+func refusalAdvice(refusal error) string {
+	msg := refusal.Error()
+	m := policyName.FindStringSubmatch(msg)
+	if m == nil {
+		return "the agent's RBAC: its ClusterRole must grant patch on nodes, bound to its pod's service account."
+	}
+	setting := "--taint (with --config, each group's taints): its taintList must list every taint the agent removes"
+	switch {
+	case strings.Contains(msg, "retaint"):
+		setting = "--retaint-after: its retaintAfter must be the same duration"
+	case strings.Contains(msg, "ondition"):
+		setting = "--condition-type: its conditionType must name the same condition"
+	}
+	return fmt.Sprintf("the admission policy %s and %s; the install renders both from params.yaml "+
+		"(with kustomize v5.4.2 or later) or from the chart's values.", m[1], setting)
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -94,24 +95,48 @@ func TestConfinementCheckWritesNothing(t *testing.T) {
 	}
 }
 
-// apiAnswers is what a fake API server answers the check's patches, safe to change while the
-// check runs.
+// apiAnswers is what a fake API server answers the check's two dry runs, the labelling (label)
+// and the removal (removal), safe to change while the check runs. A nil answer applies the dry
+// run, which changes nothing.
 type apiAnswers struct {
-	mu      sync.Mutex
-	err     error
-	patches int
+	mu               sync.Mutex
+	label, removal   error
+	labels, removals int
 }
 
-func (a *apiAnswers) set(err error) { a.mu.Lock(); defer a.mu.Unlock(); a.err = err }
-func (a *apiAnswers) count() int    { a.mu.Lock(); defer a.mu.Unlock(); return a.patches }
+func (a *apiAnswers) set(err error) { a.mu.Lock(); defer a.mu.Unlock(); a.label = err }
+func (a *apiAnswers) refuseRemoval(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.removal = err
+}
+func (a *apiAnswers) count() int { a.mu.Lock(); defer a.mu.Unlock(); return a.labels }
+func (a *apiAnswers) removalCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.removals
+}
 
 func (a *apiAnswers) client() client.Client {
-	return fake.NewClientBuilder().WithScheme(scheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
-		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+	return fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, o ...client.PatchOption) error {
+			data, err := patch.Data(obj)
+			if err != nil {
+				return err
+			}
 			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.patches++
-			return a.err
+			answer := a.removal
+			if strings.Contains(string(data), ConfinementProbeLabel) {
+				a.labels++
+				answer = a.label
+			} else {
+				a.removals++
+			}
+			a.mu.Unlock()
+			if answer != nil {
+				return answer
+			}
+			return c.Patch(ctx, obj, patch, o...)
 		},
 	}).Build()
 }
@@ -185,7 +210,7 @@ func TestConfinementCheckStopsWhenRequiredAndNotConfined(t *testing.T) {
 
 func TestConfinementCheckRetriesWithoutAVerdictOnItsBackoff(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
-	api := &apiAnswers{err: apierrors.NewNotFound(nodesResource, "n1")}
+	api := &apiAnswers{label: apierrors.NewNotFound(nodesResource, "n1")}
 	check := NewConfinementCheck(false)
 	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", events.NewFakeRecorder(10), clock
 	startRunnable(t, check.Start)
@@ -205,5 +230,186 @@ func TestConfinementCheckRetriesWithoutAVerdictOnItsBackoff(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	if clock.HasWaiters() {
 		t.Error("a verdict must end the retries")
+	}
+}
+
+// removalDenial is how the API server refuses the removal in an install whose policy kept a
+// placeholder for --retaint-after (kustomize before v5.8 with a select by name pattern): a
+// validation that fails to evaluate answers Invalid, in the words of a Forbidden.
+var removalDenial = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure,
+	Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
+	Message: `nodes "n1" is forbidden: ValidatingAdmissionPolicy 'startup-taint-remover-own-node-only' with binding 'startup-taint-remover-own-node-only' ` +
+		`denied request: expression 'variables.newTaints.all(t, t in variables.oldTaints)' resulted in error: ` +
+		`composited variable "retaintKeys" fails to evaluate: type conversion error from 'string' to 'google.protobuf.Duration'`}}
+
+func TestCheckRemovalSendsTheReconcilersPatchAsADryRun(t *testing.T) {
+	var sent []byte
+	var opts []client.PatchOption
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup, foreign)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, o ...client.PatchOption) error {
+			sent, _ = patch.Data(obj)
+			opts = append(opts, o...)
+			return c.Patch(ctx, obj, patch, o...)
+		},
+	}).Build()
+	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }}
+	node, refusal, err := check.CheckRemoval(context.Background())
+	if err != nil || refusal != nil || node == nil {
+		t.Fatalf("CheckRemoval() = %v, %v, %v; want the Node, admitted", node, refusal, err)
+	}
+	for _, want := range []string{`"resourceVersion"`, RemovedAnnotation, `"taints":[{"effect":"NoSchedule","key":"example.com/foreign"}]`} {
+		if !strings.Contains(string(sent), want) {
+			t.Errorf("the dry run %s lacks %s: it must be the reconciler's own patch", sent, want)
+		}
+	}
+	applied := &client.PatchOptions{}
+	applied.ApplyOptions(opts)
+	if len(applied.DryRun) != 1 || applied.DryRun[0] != metav1.DryRunAll || applied.FieldManager != FieldManager {
+		t.Errorf("DryRun=%v FieldManager=%q, want a dry run as %s", applied.DryRun, applied.FieldManager, FieldManager)
+	}
+	after := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, after); err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Spec.Taints) != 2 || after.Annotations[RemovedAnnotation] != "" {
+		t.Errorf("the dry run changed the Node: taints %v, annotations %v", after.Spec.Taints, after.Annotations)
+	}
+}
+
+func TestCheckRemovalOfTaintsAlreadyGoneStillListsThemInTheRecord(t *testing.T) {
+	var sent []byte
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(foreign)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, o ...client.PatchOption) error {
+			sent, _ = patch.Data(obj)
+			return c.Patch(ctx, obj, patch, o...)
+		},
+	}).Build()
+	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }}
+	if _, refusal, err := check.CheckRemoval(context.Background()); err != nil || refusal != nil {
+		t.Fatalf("CheckRemoval() = %v, %v", refusal, err)
+	}
+	if want := `"` + RemovedAnnotation + `":"` + startup.Key + `"`; !strings.Contains(string(sent), want) || strings.Contains(string(sent), "taints") {
+		t.Errorf("the dry run %s: want only %s, which the policy judges by its settings", sent, want)
+	}
+}
+
+func TestCheckRemovalClassifiesTheAnswer(t *testing.T) {
+	tests := []struct {
+		name        string
+		answer      error
+		wantRefusal bool
+		wantErr     bool
+	}{
+		{"admitted", nil, false, false},
+		{"refused by the policy, failing to evaluate (Invalid)", removalDenial, true, false},
+		{"refused by the policy's check (Forbidden)", policyDenial, true, false},
+		{"refused by RBAC", apierrors.NewForbidden(nodesResource, "n1",
+			errors.New(`User "system:serviceaccount:x:y" cannot patch resource "nodes"`)), true, false},
+		{"a conflict", apierrors.NewConflict(nodesResource, "n1", errors.New("changed")), false, true},
+		{"API server unreachable", errors.New("connection refused"), false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := &apiAnswers{removal: tt.answer}
+			check := &ConfinementCheck{Client: api.client(), NodeName: "n1"}
+			_, refusal, err := check.CheckRemoval(context.Background())
+			if (refusal != nil) != tt.wantRefusal || (err != nil) != tt.wantErr {
+				t.Fatalf("CheckRemoval() refusal %v, error %v; want refusal %v, error %v", refusal, err, tt.wantRefusal, tt.wantErr)
+			}
+		})
+	}
+	check := &ConfinementCheck{Client: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), NodeName: "n1"}
+	if _, _, err := check.CheckRemoval(context.Background()); !apierrors.IsNotFound(err) {
+		t.Errorf("CheckRemoval() of a Node not there yet = %v, want NotFound", err)
+	}
+}
+
+func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
+	tests := []struct {
+		name   string
+		denial string
+		want   []string
+	}{
+		{"retaint-after", removalDenial.Error(), []string{"startup-taint-remover-own-node-only", "--retaint-after"}},
+		{"taints", "ValidatingAdmissionPolicy 'p' with binding 'b' denied request: the startup-taint-remover may only remove its startup taints (a:NoExecute)",
+			[]string{"admission policy p ", "--taint"}},
+		{"condition", `ValidatingAdmissionPolicy 'p' with binding 'b' denied request: composited variable "ownConditions" fails`,
+			[]string{"admission policy p ", "--condition-type"}},
+		{"RBAC", `nodes "n1" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "nodes"`, []string{"RBAC", "ClusterRole"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := refusalAdvice(errors.New(tt.denial))
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("refusalAdvice() = %q, want it to name %q", got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	api := &apiAnswers{label: policyDenial, removal: removalDenial}
+	recorder := events.NewFakeRecorder(10)
+	check := NewConfinementCheck(false)
+	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
+	check.Taints = func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }
+	if err := check.Ready(nil); err == nil {
+		t.Fatal("Ready() = nil before the API server answered; want an error")
+	}
+	startRunnable(t, check.Start)
+
+	eventually(t, "the RemovalRefused warning", func() bool { return len(recorder.Events) == 1 })
+	ev := <-recorder.Events
+	for _, want := range []string{"Warning " + ReasonRemovalRefused, "retaintKeys", "google.protobuf.Duration",
+		"admission policy startup-taint-remover-own-node-only", "--retaint-after"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("event %q lacks %q", ev, want)
+		}
+	}
+	if err := check.Ready(nil); err == nil || !strings.Contains(err.Error(), "retaintKeys") {
+		t.Errorf("Ready() = %v, want the API server's refusal", err)
+	}
+	if got := testutil.ToFloat64(metrics.RemovalRefused); got != 1 {
+		t.Errorf("startup_taint_removal_refused = %v, want 1", got)
+	}
+
+	// Refused again on the backoff: no second event.
+	eventually(t, "the backoff", clock.HasWaiters)
+	clock.Step(time.Second)
+	eventually(t, "the second dry run", func() bool { return api.removalCount() == 2 && clock.HasWaiters() })
+	if len(recorder.Events) != 0 {
+		t.Errorf("the same refusal warned again: %v", <-recorder.Events)
+	}
+
+	// The install is fixed: ready again, without a restart.
+	api.refuseRemoval(nil)
+	clock.Step(2 * time.Second)
+	eventually(t, "the RemovalAdmitted event", func() bool { return len(recorder.Events) == 1 })
+	if ev := <-recorder.Events; !strings.Contains(ev, "Normal "+ReasonRemovalAdmitted) {
+		t.Errorf("event %q, want %s", ev, ReasonRemovalAdmitted)
+	}
+	if err := check.Ready(nil); err != nil {
+		t.Errorf("Ready() = %v once admitted, want nil", err)
+	}
+	if got := testutil.ToFloat64(metrics.RemovalRefused); got != 0 {
+		t.Errorf("startup_taint_removal_refused = %v, want 0", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if clock.HasWaiters() {
+		t.Error("an admitted removal and a verdict must end the retries")
+	}
+}
+
+func TestElideKeepsTheStartAndTheEnd(t *testing.T) {
+	long := "ValidatingAdmissionPolicy 'p' denied request: expression '" + strings.Repeat("x", 3000) + "' resulted in error: the reason"
+	got := elide(long, maxNote)
+	if len(got) > maxNote || !strings.HasPrefix(got, "ValidatingAdmissionPolicy 'p'") || !strings.HasSuffix(got, "the reason") {
+		t.Errorf("elide() = %d bytes %q...; want at most %d, with the policy's name and the reason", len(got), got[:40], maxNote)
+	}
+	if got := elide("short", maxNote); got != "short" {
+		t.Errorf("elide(short) = %q", got)
 	}
 }

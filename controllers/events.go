@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -148,7 +149,9 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 	if !f.changed {
 		return
 	}
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint", "Could not remove startup taints: %v", err)
+	const failed = "Could not remove startup taints: "
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint", "%s%s",
+		failed, elide(err.Error(), maxNote-len(failed)))
 	if f.result == metrics.ResultForbidden {
 		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
 	}
@@ -172,4 +175,23 @@ func (r *NodeReconciler) permissionsChanged() {
 	if r.Confinement != nil {
 		r.Confinement.Recheck()
 	}
+}
+
+// maxNote is the longest note the API server accepts in an event, in bytes.
+const maxNote = 1024
+
+// elide shortens s to at most n bytes by cutting out its middle, so an API server's refusal,
+// which names its policy first and its reason last, fits in an event's note. An admission
+// policy's refusal quotes its whole CEL expression, often longer than a note.
+func elide(s string, n int) string {
+	const cut = " ... "
+	if len(s) <= n {
+		return s
+	}
+	if n <= len(cut) {
+		return strings.ToValidUTF8(s[:max(n, 0)], "")
+	}
+	head := (n - len(cut)) / 3
+	tail := n - len(cut) - head
+	return strings.ToValidUTF8(s[:head], "") + cut + strings.ToValidUTF8(s[len(s)-tail:], "")
 }

@@ -141,8 +141,9 @@ type NodeReconciler struct {
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
-	// and allowed, that the admission policy confines this agent. SetupWithManager adds it to the
-	// manager and fills in its empty fields from the reconciler's.
+	// and allowed, that the API server admits the removal of this agent's startup taints and that
+	// the admission policy confines it. SetupWithManager adds it to the manager, and its Ready to
+	// the manager's readiness checks, and fills in its empty fields from the reconciler's.
 	Confinement *ConfinementCheck
 
 	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
@@ -226,8 +227,14 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if c.Clock == nil {
 			c.Clock = r.Clock
 		}
+		if c.Taints == nil {
+			c.Taints = r.servedTaints
+		}
 		if err := mgr.Add(c); err != nil {
 			return fmt.Errorf("adding the confinement check: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("startup-taint-removal", c.Ready); err != nil {
+			return fmt.Errorf("adding the confinement check's readiness check: %w", err)
 		}
 	}
 
@@ -291,6 +298,16 @@ func (r *NodeReconciler) validate() error {
 		return errors.New("NodeReconciler: RetaintAfter is negative")
 	}
 	return r.validateGroups()
+}
+
+// servedTaints returns every group's startup taints that are known: a CSI group's default taint
+// is known once its driver has told its name.
+func (r *NodeReconciler) servedTaints() []TaintSpec {
+	specs := make([]TaintSpec, 0, len(r.groups))
+	for _, g := range r.groups {
+		specs = append(specs, g.taintSpecs(r.RetaintAfter)...)
+	}
+	return specs
 }
 
 // nodeChanged lets through node creations, and updates that change the taints or the allocatable
@@ -459,10 +476,17 @@ func failureClass(err error) string {
 	switch {
 	case apierrors.IsConflict(err):
 		return metrics.ResultConflict
-	case apierrors.IsForbidden(err):
+	case refused(err):
 		return metrics.ResultForbidden
 	}
 	return metrics.ResultError
+}
+
+// refused tells a request the API server will not admit as it was sent, which no retry of the
+// same request heals: RBAC and the policy's own checks answer Forbidden, while a validation that
+// fails to evaluate (a policy rendered with the wrong settings) answers Invalid.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
 
 // patchTaints applies change to node and sends the result, when its taints differ, as a merge

@@ -186,35 +186,44 @@ func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 	}
 }
 
-func TestForbiddenBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
-	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("no patch for you"))
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
-		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-			return forbidden
-		},
-	}).Build()
-	r := newTestReconciler(t, c)
-	recorder := r.Recorder.(*events.FakeRecorder)
-	delays := make([]time.Duration, 0, 12)
-	for range 12 {
-		res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
-		if err != nil {
-			t.Fatalf("a forbidden patch must not be returned as an error (one log line per retry): %v", err)
-		}
-		delays = append(delays, res.RequeueAfter)
-	}
-	for i := 1; i < len(delays); i++ {
-		if delays[i] < delays[i-1] || delays[i] > MaxRetryInterval {
-			t.Fatalf("backoff %v does not grow up to %v", delays, MaxRetryInterval)
-		}
-	}
-	if delays[0] != time.Second || delays[len(delays)-1] != MaxRetryInterval {
-		t.Fatalf("backoff %v: want 1s first, %v at last", delays, MaxRetryInterval)
-	}
-	if len(recorder.Events) != 1 {
-		t.Fatalf("%d events for the same failure, want 1", len(recorder.Events))
-	}
-	if e := <-recorder.Events; !strings.Contains(e, ReasonRemovalFailed) {
-		t.Fatalf("event %q, want %s", e, ReasonRemovalFailed)
+func TestRefusedBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
+	nodes := schema.GroupResource{Resource: "nodes"}
+	for name, refusal := range map[string]error{
+		"forbidden (RBAC, a policy's check)": apierrors.NewForbidden(nodes, "n1", errors.New("no patch for you")),
+		// A policy's validation that fails to evaluate answers Invalid, as one rendered with a
+		// placeholder for --retaint-after does.
+		"invalid (a policy that fails to evaluate)": apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "n1", nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
+				Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+					return refusal
+				},
+			}).Build()
+			r := newTestReconciler(t, c)
+			recorder := r.Recorder.(*events.FakeRecorder)
+			delays := make([]time.Duration, 0, 12)
+			for range 12 {
+				res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+				if err != nil {
+					t.Fatalf("a refused patch must not be returned as an error (one log line per retry): %v", err)
+				}
+				delays = append(delays, res.RequeueAfter)
+			}
+			for i := 1; i < len(delays); i++ {
+				if delays[i] < delays[i-1] || delays[i] > MaxRetryInterval {
+					t.Fatalf("backoff %v does not grow up to %v", delays, MaxRetryInterval)
+				}
+			}
+			if delays[0] != time.Second || delays[len(delays)-1] != MaxRetryInterval {
+				t.Fatalf("backoff %v: want 1s first, %v at last", delays, MaxRetryInterval)
+			}
+			if len(recorder.Events) != 1 {
+				t.Fatalf("%d events for the same failure, want 1", len(recorder.Events))
+			}
+			if e := <-recorder.Events; !strings.Contains(e, ReasonRemovalFailed) {
+				t.Fatalf("event %q, want %s", e, ReasonRemovalFailed)
+			}
+		})
 	}
 }

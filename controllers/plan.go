@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // plan is what one reconcile decided for one group, and, once written, what the write did.
@@ -41,7 +40,13 @@ func (p *plan) apply(n *corev1.Node) {
 		}
 		return
 	}
-	selecting := specsSelecting(n.Spec.Taints, p.specs)
+	removeTaints(n, p.specs)
+}
+
+// removeTaints removes the taints specs select from n, and records them in RemovedAnnotation: the
+// change a removal sends, and the one the confinement check asks the API server about.
+func removeTaints(n *corev1.Node, specs []TaintSpec) {
+	selecting := specsSelecting(n.Spec.Taints, specs)
 	if len(selecting) == 0 {
 		return
 	}
@@ -50,7 +55,7 @@ func (p *plan) apply(n *corev1.Node) {
 		n.Annotations = map[string]string{}
 	}
 	n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
-	n.Spec.Taints = WithoutTaints(n.Spec.Taints, p.specs)
+	n.Spec.Taints = WithoutTaints(n.Spec.Taints, specs)
 }
 
 // removed returns the group's taints the write removed.
@@ -80,7 +85,7 @@ func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*
 			p.apply(n)
 		}
 	}, func(orig *corev1.Node) { r.reportConflict(orig, plans) })
-	if apierrors.IsForbidden(err) && len(plans) > 1 {
+	if refused(err) && len(plans) > 1 {
 		for _, p := range plans {
 			r.write(ctx, base.DeepCopy(), []*plan{p})
 		}

@@ -117,6 +117,14 @@ var (
 			"0 when it was admitted or could not be tried.",
 	})
 
+	// RemovalRefused is 1 while the API server refuses this agent's dry-run removal of its startup
+	// taints.
+	RemovalRefused = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "startup_taint_removal_refused",
+		Help: "1 while the API server refuses this agent's dry-run removal of its own startup taints, which also makes it not ready; " +
+			"0 once admitted, and before the first answer.",
+	})
+
 	// BuildInfo carries the build's version, revision and Go version as labels.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_build_info",
@@ -126,7 +134,8 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
-		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Retaints, ConditionWrites, Confined, BuildInfo)
+		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Retaints, ConditionWrites, Confined,
+		RemovalRefused, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 
