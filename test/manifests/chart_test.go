@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -146,6 +147,20 @@ var _ = Describe("the Helm chart and the kustomize tree", func() {
 		Expect(c.LivenessProbe).To(Equal(k.LivenessProbe))
 		Expect(c.ReadinessProbe).To(Equal(k.ReadinessProbe))
 		Expect(c.VolumeMounts).To(Equal(k.VolumeMounts))
+
+		By("the metrics Service")
+		Expect(suffixed[corev1.Service](charted, "Service", "-metrics").Spec.PublishNotReadyAddresses).To(BeTrue())
+		Expect(suffixed[corev1.Service](kustomized, "Service", "-metrics-service").Spec.PublishNotReadyAddresses).To(BeTrue(),
+			"an agent that is not ready must still be scraped")
+
+		By("the alert rules, when the Prometheus Operator's objects are asked for")
+		monitored := (&chartRelease{name: "startup-taint-remover", namespace: "startup-taint-remover-system",
+			sets: []string{"prometheusRule.enabled=true"}}).render(chartDir)
+		chartRules := suffixed[unstructured.Unstructured](monitored, "PrometheusRule", "startup-taint-remover")
+		kustomizeRules := only[unstructured.Unstructured](render("../../config/prometheus"), "PrometheusRule")
+		Expect(kustomizeRules).To(HaveLen(1))
+		Expect(layoutFree(chartRules.Object["spec"])).To(Equal(layoutFree(kustomizeRules[0].Object["spec"])))
+		Expect(layoutFree(chartRules.Object["spec"])).To(ContainSubstring("startup_taint_removal_refused"))
 
 		By("nothing else of the install")
 		kinds := func(objs []*unstructured.Unstructured) []string {
