@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -243,6 +244,54 @@ var _ = Describe("every kustomization, with every kustomize that users install w
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: want the policy refused as invalid, got %v", p.Name, err)
 			Expect(err.Error()).To(ContainSubstring("compilation failed"), p.Name)
 			Expect(err.Error()).To(ContainSubstring(`\\TAINTS`), p.Name)
+		}
+	})
+
+	It("renders each GitOps sample's path with every kustomize release its tool bundles, as the pinned one does", func() {
+		samples, err := filepath.Glob("../../config/gitops/*.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(samples).To(HaveLen(2), "an Argo CD Application and a Flux Kustomization")
+		for _, sample := range samples {
+			data, err := os.ReadFile(sample)
+			Expect(err).NotTo(HaveOccurred())
+			objs, err := objects.Decode(data)
+			Expect(err).NotTo(HaveOccurred())
+			var tool, path, image string
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "Application":
+					tool = "Argo CD"
+					path, _, _ = unstructured.NestedString(o.Object, "spec", "source", "path")
+					images, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "source", "kustomize", "images")
+					Expect(images).To(HaveLen(1), sample)
+					image, _, _ = strings.Cut(images[0], "=")
+				case "Kustomization":
+					tool = "Flux"
+					path, _, _ = unstructured.NestedString(o.Object, "spec", "path")
+					images, _, _ := unstructured.NestedSlice(o.Object, "spec", "images")
+					Expect(images).To(HaveLen(1), sample)
+					image, _, _ = unstructured.NestedString(images[0].(map[string]any), "name")
+				}
+			}
+			Expect(tool).NotTo(BeEmpty(), "%s holds an Argo CD Application or a Flux Kustomization", sample)
+			dir := filepath.Join("../..", path)
+			pinned := render(dir)
+			daemonSets := only[appsv1.DaemonSet](pinned, "DaemonSet")
+			Expect(daemonSets).To(HaveLen(1))
+			Expect(daemonSets[0].Spec.Template.Spec.Containers[0].Image).To(HavePrefix(image+":"),
+				"%s's image override names the image %s renders", sample, path)
+			bundled := 0
+			for _, r := range releases() {
+				if !strings.Contains(r.bundledBy, tool+" ") {
+					continue
+				}
+				bundled++
+				objs, err := buildWith(r.binary, dir)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(differences(pinned, objs)).To(BeEmpty(), "%s's kustomize %s renders %s", tool, r.version, path)
+				AddReportEntry("GitOps sample", fmt.Sprintf("%s: %s with kustomize %s: same", filepath.Base(sample), path, r.version))
+			}
+			Expect(bundled).NotTo(BeZero(), "hack/kustomize builds no release %s bundles", tool)
 		}
 	})
 })
