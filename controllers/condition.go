@@ -85,9 +85,12 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 	// The message names the reason class, not the error's detail, so a detail that changes at
 	// every probe does not cause a write.
 	c.Status, c.Reason = corev1.ConditionFalse, conditionReason(notReady.gate)
-	c.Message = fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " "))
+	c.Message = elide(fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " ")), maxConditionMessage)
 	return c
 }
+
+// maxConditionMessage is the longest message the admission policy admits in the agent's condition.
+const maxConditionMessage = 1024
 
 // conditionReason is a gate's name in CamelCase followed by NotReady.
 func conditionReason(gate string) string {

@@ -106,3 +106,10 @@ func TestConditionTypeAndReason(t *testing.T) {
 		}
 	}
 }
+
+func TestTheConditionMessageStaysWithinThePolicysBound(t *testing.T) {
+	c := condition("example.com/AgentReady", &gateError{gate: strings.Repeat("g", 2000), reason: reasonNotReady})
+	if len(c.Message) > maxConditionMessage || !strings.HasPrefix(c.Message, "The ggg") {
+		t.Errorf("message of %d bytes %.40q..., want at most %d, its start kept", len(c.Message), c.Message, maxConditionMessage)
+	}
+}

@@ -190,18 +190,11 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 		return nil, nil, fmt.Errorf("reading node %s: %w", c.NodeName, err)
 	}
 	orig := node.DeepCopy()
+	// Once its taints are gone, the patch changes nothing, and the API server judges it all the
+	// same: the policy checks its rendered settings on every request of the agent, so a policy
+	// the agent cannot work with refuses this one too.
 	if c.Taints != nil {
-		specs := c.Taints()
-		removeTaints(node, specs)
-		// Once its taints are gone, their removal changes nothing that the policy's settings judge;
-		// listing them in the removed record, which the policy allows for the agent's own taints
-		// only, still puts the settings to the test, wherever this install has not removed them yet.
-		if len(specs) > 0 {
-			if node.Annotations == nil {
-				node.Annotations = map[string]string{}
-			}
-			node.Annotations[RemovedAnnotation] = withRemoved(node, specs)
-		}
+		removeTaints(node, c.Taints())
 	}
 	// The reconciler's own patch: a merge patch locked to the resourceVersion it read.
 	err = c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
@@ -315,6 +308,8 @@ func refusalAdvice(refusal error) string {
 	}
 	setting := "--taint (with --config, each group's taints): its taintList must list every taint the agent removes"
 	switch {
+	case strings.Contains(msg, "cannot work with the settings"):
+		setting = "its settings, which the refusal quotes: each must be valid and the agent's own (--taint, --retaint-after, --condition-type)"
 	case strings.Contains(msg, "retaint"):
 		setting = "--retaint-after: its retaintAfter must be the same duration"
 	case strings.Contains(msg, "ondition"):

@@ -93,8 +93,8 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 		t.Fatalf("taints %v: want the disk group's gone too", got)
 	}
 	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]")
-	if got := g.node().Annotations[RemovedAnnotation]; got != diskTaint.Key+","+fileTaint.Key {
-		t.Fatalf("%s = %q, want both groups' taints", RemovedAnnotation, got)
+	if got := g.node().Annotations[RemovedAnnotation]; got != fileTaint.Key+","+diskTaint.Key {
+		t.Fatalf("%s = %q, want both groups' taints, in the order they went", RemovedAnnotation, got)
 	}
 	if g.patches != 2 {
 		t.Fatalf("%d patches, want one per removal", g.patches)

@@ -12,10 +12,12 @@ import (
 )
 
 // RemovedAnnotation lists, comma-separated, the startup taint specs (KEY[:EFFECT]) that agents
-// have removed from this Node at least once. It is written in the same patch that removes them, so
+// have removed from this Node at least once, in the order they were removed. It is written in the
+// same patch that removes them, so
 // an agent that starts later (a DaemonSet rollout) knows that a taint it finds was re-added, not
 // there since the Node's registration; a Node re-created under the same name starts without it.
-// The admission policy lets the agent add its own specs to it and change nothing else.
+// The admission policy lets the agent append its own specs to it, each once and only in the patch
+// that removes them, and change nothing else.
 const RemovedAnnotation = "startup-taint-remover.github.io/removed"
 
 // nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
@@ -264,12 +266,22 @@ func removedSpecs(node *corev1.Node) []string {
 	return strings.Split(v, ",")
 }
 
-// withRemoved returns RemovedAnnotation's value with specs added, sorted and without duplicates.
+// withRemoved returns RemovedAnnotation's value with the specs it does not list yet appended,
+// each once. The value is only ever appended to: the admission policy checks an addition by its
+// prefix, at a cost that does not grow with what other writers put before it.
 func withRemoved(node *corev1.Node, specs []TaintSpec) string {
 	all := removedSpecs(node)
+	value := node.Annotations[RemovedAnnotation]
 	for _, spec := range specs {
-		all = append(all, spec.String())
+		s := spec.String()
+		switch {
+		case slices.Contains(all, s):
+		case value == "":
+			value = s
+		default:
+			value += "," + s
+		}
+		all = append(all, s)
 	}
-	slices.Sort(all)
-	return strings.Join(slices.Compact(all), ",")
+	return value
 }

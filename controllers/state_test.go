@@ -350,3 +350,30 @@ func TestDryRunReportsOncePerEpisodeAndNeverPatches(t *testing.T) {
 		t.Fatalf(`startup_taint_removals_total{result="dry_run"} rose by %v, want 2 (one per episode)`, got)
 	}
 }
+
+func TestWithRemovedOnlyAppends(t *testing.T) {
+	disk, file := TaintSpec{Key: "disk.example.com/agent-not-ready"}, TaintSpec{Key: "file.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+	tests := []struct {
+		name, before string
+		specs        []TaintSpec
+		want         string
+	}{
+		{"to no record", "", []TaintSpec{file, disk}, "file.example.com/agent-not-ready:NoSchedule,disk.example.com/agent-not-ready"},
+		{"after another group's entry, unsorted", "z.example.com/x", []TaintSpec{disk}, "z.example.com/x,disk.example.com/agent-not-ready"},
+		{"an entry already listed: unchanged", "disk.example.com/agent-not-ready", []TaintSpec{disk}, "disk.example.com/agent-not-ready"},
+		{"each once", "", []TaintSpec{disk, disk}, "disk.example.com/agent-not-ready"},
+		// Whatever another writer put there stays as it was, byte for byte, before the addition.
+		{"after another writer's odd value", ",a,a,", []TaintSpec{disk}, ",a,a,,disk.example.com/agent-not-ready"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := &corev1.Node{}
+			if tt.before != "" {
+				node.Annotations = map[string]string{RemovedAnnotation: tt.before}
+			}
+			if got := withRemoved(node, tt.specs); got != tt.want {
+				t.Errorf("withRemoved(%q, %v) = %q, want %q", tt.before, tt.specs, got, tt.want)
+			}
+		})
+	}
+}

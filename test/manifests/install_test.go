@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -28,6 +29,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
 // installs are every way the README installs the agent: kustomize configurations and the Helm
@@ -89,20 +91,14 @@ func (a agent) ownCondition() string {
 	return strings.Split(a.conditionType, ",")[0]
 }
 
-// removedRecord is RemovedAnnotation once every startup taint has been removed.
-func (a agent) removedRecord() string {
+// removedSpecs are the entries of RemovedAnnotation once every startup taint has been removed,
+// in no particular order.
+func (a agent) removedSpecs() []string {
 	specs := make([]string, 0, len(a.taints))
 	for _, spec := range a.taints {
 		specs = append(specs, spec.String())
 	}
-	return record(specs)
-}
-
-// record is RemovedAnnotation's value for the specs removed: sorted, each once.
-func record(specs []string) string {
-	specs = slices.Clone(specs)
-	slices.Sort(specs)
-	return strings.Join(slices.Compact(specs), ",")
+	return specs
 }
 
 // retaints are the taints continuous mode may put back: each group's first key, NoSchedule.
@@ -246,12 +242,19 @@ func uninstall(ctx context.Context, objs []*unstructured.Unstructured, checkName
 				check("the namespace controller deleting " + key(inNS))
 			}
 		}
-		ns := &corev1.Namespace{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: obj.GetName()}, ns)).To(Succeed())
-		ns.Spec.Finalizers = nil
-		Expect(k8sClient.SubResource("finalize").Update(ctx, ns)).To(Succeed())
+		finalizeNamespace(ctx, obj.GetName())
 		check("the namespace is gone")
 	}
+}
+
+// finalizeNamespace ends a deleted Namespace as the namespace controller, which envtest does not
+// run, would once its objects are gone, so that the name can be used again.
+func finalizeNamespace(ctx context.Context, name string) {
+	GinkgoHelper()
+	ns := &corev1.Namespace{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, ns)).To(Succeed())
+	ns.Spec.Finalizers = nil
+	Expect(k8sClient.SubResource("finalize").Update(ctx, ns)).To(Succeed())
 }
 
 func isNamespaced(obj *unstructured.Unstructured) bool {
@@ -289,10 +292,10 @@ const (
 	msgTaintsOnly    = "may only remove its startup taints"
 	msgMetadata      = "may not change a Node's metadata"
 	msgSpec          = "may not change a Node's spec"
-	msgOwnership     = "may not give a server-side apply manager ownership"
+	msgOwnership     = "may not add to anyone's ownership of fields"
 	msgNoNodeClaim   = "carries no node name"
 	msgEvents        = "may only record events about its own Node"
-	msgRemovedRecord = "may only add its own startup taints"
+	msgRemovedRecord = "may only append to the annotation"
 	msgStatusOff     = "may not write a Node's status"
 	msgRBAC          = "cannot"
 )
@@ -350,7 +353,7 @@ var _ = Describe("the rendered installs", func() {
 				return name
 			}
 			removeStartup := func(n *corev1.Node) { n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints) }
-			asAgent := func(node string) client.Client { return impersonating(a.user, a.groups, node) }
+			asAgent := func(node string) client.Client { return asAgentOn(a, node) }
 
 			BeforeAll(func(ctx SpecContext) {
 				objs = in.render()
@@ -435,7 +438,9 @@ var _ = Describe("the rendered installs", func() {
 					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 					g.Expect(node.Spec.Taints).To(ContainElement(other))
 					g.Expect(node.Labels).To(Equal(map[string]string{"zone": "a"}))
-					g.Expect(node.Annotations).To(Equal(map[string]string{"note": "n", controllers.RemovedAnnotation: a.removedRecord()}))
+					g.Expect(node.Annotations).To(HaveLen(2))
+					g.Expect(node.Annotations).To(HaveKeyWithValue("note", "n"))
+					g.Expect(strings.Split(node.Annotations[controllers.RemovedAnnotation], ",")).To(ConsistOf(a.removedSpecs()))
 				}).Should(Succeed())
 				Eventually(func() float64 { return testutil.ToFloat64(metrics.Confined) }).Should(Equal(1.0))
 				Eventually(func(g Gomega) {
@@ -507,6 +512,48 @@ var _ = Describe("the rendered installs", func() {
 						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() + "," + other.Key
 					})
 				}, msgRemovedRecord},
+				{"reordering the taints", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { slices.Reverse(n.Spec.Taints) })
+				}, msgTaintsOnly},
+				{"removing its startup taint and moving another", func(ctx context.Context, c client.Client, own string) error {
+					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
+						n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/second", Effect: corev1.TaintEffectNoSchedule})
+					}); err != nil {
+						return err
+					}
+					return patchNode(ctx, c, own, func(n *corev1.Node) { removeStartup(n); slices.Reverse(n.Spec.Taints) })
+				}, msgTaintsOnly},
+				{"recording its own startup taint as removed without removing it", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() })
+				}, msgRemovedRecord},
+				{"recording its own startup taint twice", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.Annotations[controllers.RemovedAnnotation] = strings.Repeat(a.taints[0].String()+",", 2000) + a.taints[0].String()
+					})
+				}, msgRemovedRecord},
+				{"recording again a taint the record lists", func(ctx context.Context, c client.Client, own string) error {
+					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
+						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
+					}); err != nil {
+						return err
+					}
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.Annotations[controllers.RemovedAnnotation] += "," + a.taints[0].String()
+					})
+				}, msgRemovedRecord},
+				{"rewriting the record of removed taints", func(ctx context.Context, c client.Client, own string) error {
+					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
+						n.Annotations[controllers.RemovedAnnotation] = "example.com/a,example.com/b"
+					}); err != nil {
+						return err
+					}
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.Annotations[controllers.RemovedAnnotation] = "example.com/b,example.com/a," + strings.Join(a.removedSpecs(), ",")
+					})
+				}, msgRemovedRecord},
 				{"erasing the record of removed taints", func(ctx context.Context, c client.Client, own string) error {
 					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
 						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String()
@@ -527,6 +574,40 @@ var _ = Describe("the rendered installs", func() {
 							Manager: "applier", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
 							FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
 						})
+					})
+				}, msgOwnership},
+				{"forging another manager's Update entry (managedFields), which locks others' applies", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+							Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
+							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:applied":{}}},"f:spec":{"f:unschedulable":{}}}`),
+						})
+					})
+				}, msgOwnership},
+				{"adding fields to an existing manager's entry (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						for i := range n.ManagedFields {
+							n.ManagedFields[i].FieldsV1 = metav1.NewFieldsV1(strings.Replace(n.ManagedFields[i].FieldsV1.GetRawString(),
+								`"f:metadata":{`, `"f:metadata":{"f:finalizers":{},`, 1))
+						}
+					})
+				}, msgOwnership},
+				{"giving its own entry fields it never writes (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
+							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
+						})
+					})
+				}, msgOwnership},
+				{"removing another manager's ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						for i := range n.ManagedFields {
+							n.ManagedFields[i].FieldsV1 = metav1.NewFieldsV1(strings.Replace(n.ManagedFields[i].FieldsV1.GetRawString(), `"f:zone":{}`, `"f:zone2":{}`, 1))
+						}
 					})
 				}, msgOwnership},
 				{"cordoning the node", func(ctx context.Context, c client.Client, own string) error {
@@ -559,7 +640,21 @@ var _ = Describe("the rendered installs", func() {
 						corev1.ObjectReference{Kind: "Pod", Namespace: metav1.NamespaceDefault, Name: "victim"}), client.DryRunAll)
 				}, msgEvents},
 				{"recording an event about another Node", func(ctx context.Context, c client.Client, own string) error {
-					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own + "-other"}), client.DryRunAll)
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, nodeRef(own+"-other")), client.DryRunAll)
+				}, msgEvents},
+				{"recording an event about its Node under another API group and a namespace", func(ctx context.Context, c client.Client, own string) error {
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{APIVersion: "evil.example/v1", Kind: "Node",
+						Namespace: "kube-system", Name: own, UID: "bogus"}), client.DryRunAll)
+				}, msgEvents},
+				{"recording an event about its Node in a namespace", func(ctx context.Context, c client.Client, own string) error {
+					ref := nodeRef(own)
+					ref.Namespace = "kube-system"
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, ref), client.DryRunAll)
+				}, msgEvents},
+				{"recording an event that names a related object", func(ctx context.Context, c client.Client, own string) error {
+					event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
+					event.Related = &corev1.ObjectReference{APIVersion: "v1", Kind: "Secret", Namespace: "kube-system", Name: "victim"}
+					return c.Create(ctx, event, client.DryRunAll)
 				}, msgEvents},
 				{"recording an event in another namespace", func(ctx context.Context, c client.Client, own string) error {
 					return c.Create(ctx, nodeEvent(own, "kube-public", corev1.ObjectReference{Kind: "Pod", Namespace: "kube-public", Name: "victim"}), client.DryRunAll)
@@ -627,10 +722,10 @@ var _ = Describe("the rendered installs", func() {
 				for _, g := range a.groupTaints {
 					back := corev1.Taint{Key: g[0].Key, Effect: corev1.TaintEffectNoSchedule}
 					Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed(), "puts %s back", back.ToString())
-					removed = append(removed, g[0].String(), back.ToString())
+					removed = append(removed, back.ToString())
 					Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
 						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
-						n.Annotations[controllers.RemovedAnnotation] = record(removed)
+						n.Annotations[controllers.RemovedAnnotation] = strings.Join(removed, ",")
 					})).To(Succeed(), "and takes %s off again, recording it", back.ToString())
 				}
 			})
@@ -639,7 +734,9 @@ var _ = Describe("the rendered installs", func() {
 				own := newNode(ctx)
 				kubelets := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 					LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
-				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{kubelets} })).
+				kubeletConditions := []corev1.NodeCondition{kubelets, condition(string(corev1.NodeMemoryPressure), corev1.ConditionFalse),
+					condition(string(corev1.NodeDiskPressure), corev1.ConditionFalse), condition(string(corev1.NodeNetworkUnavailable), corev1.ConditionFalse)}
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.Conditions = kubeletConditions })).
 					To(Succeed())
 				ours := a.ownCondition()
 				refused := map[string]func(*corev1.Node){
@@ -649,6 +746,19 @@ var _ = Describe("the rendered installs", func() {
 					"kubelet's condition": func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse },
 					"removing kubelet's condition": func(n *corev1.Node) {
 						n.Status.Conditions = []corev1.NodeCondition{condition(ours, corev1.ConditionTrue)}
+					},
+					// The node lifecycle controller drops network-unavailable once NetworkUnavailable is gone.
+					"kubelet's NetworkUnavailable and DiskPressure, each replaced by a copy of MemoryPressure": func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], n.Status.Conditions[1], n.Status.Conditions[1], n.Status.Conditions[1]}
+					},
+					"kubelet's conditions, reordered": func(n *corev1.Node) { slices.Reverse(n.Status.Conditions) },
+					"its condition twice": func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue), condition(ours, corev1.ConditionFalse))
+					},
+					"its condition with a message of 1025 characters": func(n *corev1.Node) {
+						c := condition(ours, corev1.ConditionTrue)
+						c.Message = strings.Repeat("m", 1025)
+						n.Status.Conditions = append(n.Status.Conditions, c)
 					},
 					"another status field": func(n *corev1.Node) {
 						n.Status.Capacity = corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}
@@ -677,7 +787,7 @@ var _ = Describe("the rendered installs", func() {
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
 				for _, status := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse} {
 					Expect(writeStatus(ctx, asAgent(own), own, func(n *corev1.Node) {
-						n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], condition(ours, status)}
+						n.Status.Conditions = append(slices.Clone(kubeletConditions), condition(ours, status))
 					})).To(Succeed(), "its own condition, %s", status)
 				}
 			})
@@ -740,9 +850,9 @@ var _ = Describe("the rendered installs", func() {
 
 			It("lets the agent record events about its own Node", func(ctx SpecContext) {
 				own := newNode(ctx)
-				event := nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own})
+				event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
 				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(Succeed())
-				event = nodeEvent(own, metav1.NamespaceDefault, corev1.ObjectReference{Kind: "Node", Name: own})
+				event = nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
 				event.ReportingController = "kubelet"
 				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(MatchError(ContainSubstring("may only record events as the startup-taint-remover")))
 			})
@@ -800,6 +910,55 @@ var _ = Describe("the rendered installs", func() {
 			})
 		})
 	}
+})
+
+var _ = Describe("a render that left the placeholders as words, as kustomize before v5.8 did", func() {
+	It("fails closed for the agent's status writes as for its taints", func(ctx SpecContext) {
+		objs := render("testdata/continuous-sidecar")
+		a := agentOf(objs)
+		Expect(a.conditionType).NotTo(BeEmpty(), "an install that names a condition, whose status writes the policy allows")
+		for i, obj := range objs {
+			if obj.GetKind() != "ValidatingAdmissionPolicy" {
+				continue
+			}
+			policy := &admissionv1.ValidatingAdmissionPolicy{}
+			Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, policy)).To(Succeed())
+			broken, err := runtime.DefaultUnstructuredConverter.ToUnstructured(objects.AsOldRenders(policy))
+			Expect(err).NotTo(HaveOccurred())
+			objs[i] = &unstructured.Unstructured{Object: broken}
+		}
+		applyUntilDone(ctx, objs)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "old-render"},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{startupTaint(a.taints[0])}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+		kubeletConditions := []corev1.NodeCondition{condition(string(corev1.NodeReady), corev1.ConditionTrue),
+			condition(string(corev1.NodeMemoryPressure), corev1.ConditionFalse), condition(string(corev1.NodeNetworkUnavailable), corev1.ConditionFalse)}
+		Expect(writeStatus(ctx, kubelet(ctx, node.Name), node.Name, func(n *corev1.Node) { n.Status.Conditions = kubeletConditions })).To(Succeed())
+
+		const settings = "cannot work with the settings this policy was rendered with (taints '" // and the rest, as rendered
+		asAgent := asAgentOn(a, node.Name)
+		Eventually(func() error {
+			return patchNode(ctx, asAgent, node.Name, func(n *corev1.Node) {
+				n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+			})
+		}).Should(MatchError(ContainSubstring(settings)), "the taints")
+		for what, change := range map[string]func(*corev1.Node){
+			"the condition the placeholder names": func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, condition("CONDITIONTYPE", corev1.ConditionTrue))
+			},
+			"the condition the install names": func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, condition(a.ownCondition(), corev1.ConditionTrue))
+			},
+			"NetworkUnavailable replaced by a copy of MemoryPressure": func(n *corev1.Node) {
+				n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], n.Status.Conditions[1], n.Status.Conditions[1]}
+			},
+		} {
+			err := writeStatus(ctx, asAgent, node.Name, change)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
+			Expect(err.Error()).To(ContainSubstring(settings), what)
+		}
+	})
 })
 
 // unjudgedInstalls are install paths that leave the agent unjudged: a recipe broken on purpose,
@@ -938,6 +1097,11 @@ func writeStatus(ctx context.Context, c client.Client, name string, change func(
 	orig := node.DeepCopy()
 	change(node)
 	return c.Status().Patch(ctx, node, client.MergeFrom(orig))
+}
+
+// nodeRef is a reference to a Node, as an event recorder writes it.
+func nodeRef(name string) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name}
 }
 
 // nodeEvent is an event as the agent on node records it, in namespace, about regarding.

@@ -114,7 +114,8 @@ func kubelet(ctx context.Context, node string) client.Client {
 	Eventually(func() error {
 		return client.IgnoreNotFound(kc.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{}))
 	}).WithPolling(10 * time.Millisecond).Should(Succeed())
-	return kc
+	// Its writes are kubelet's in managedFields, as the real kubelet's are.
+	return client.WithFieldOwner(kc, "kubelet")
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -43,4 +44,19 @@ func Decode(data []byte) ([]*unstructured.Unstructured, error) {
 			objs = append(objs, obj)
 		}
 	}
+}
+
+// AsOldRenders returns policy with the settings that kustomize before v5.8 left in it when
+// config/ selected by name patterns: placeholders that were valid CEL strings. The agent is still
+// judged (its role's grant was left as a placeholder too), and its retaint-after is no duration,
+// so the policy refuses each of its requests.
+func AsOldRenders(policy *admissionv1.ValidatingAdmissionPolicy) *admissionv1.ValidatingAdmissionPolicy {
+	broken := policy.DeepCopy()
+	old := map[string]string{"taintList": "'TAINTS'", "retaintAfter": "'RETAINTAFTER'", "conditionType": "'CONDITIONTYPE'"}
+	for i, v := range broken.Spec.Variables {
+		if expr, ok := old[v.Name]; ok {
+			broken.Spec.Variables[i].Expression = expr
+		}
+	}
+	return broken
 }

@@ -1,0 +1,178 @@
+package manifests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+// The policy's cost must not depend on what others wrote on the Node: a rule whose cost grows
+// with the square of a list, or that the CEL cost limit stops, would refuse an agent because of an
+// admin's annotation, or, written by one agent, refuse another install's. The Node here is as large
+// as the API server stores: an annotation at the 256 KiB limit of all annotations, and the rest of
+// etcd's 1.5 MiB request limit shared by conditions and server-side apply entries.
+var _ = Describe("a Node as large as the API server accepts, written by an admin", Ordered, func() {
+	const (
+		// annotationBytes stays under the 256 KiB the API server allows all of a Node's annotations.
+		annotationBytes = 250 << 10
+		conditions      = 1500 // about 300 bytes each
+		applyManagers   = 1000 // about 350 bytes each, Apply entries (the API server caps Update ones at 10)
+	)
+	var (
+		first, second agent
+		node          = "largest-node"
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		// Two installs side by side: config/default, and a chart release whose agent also writes
+		// a condition per group.
+		for _, in := range installs {
+			switch in.name {
+			case "config/default":
+				objs := in.render()
+				first = agentOf(objs)
+				applyUntilDone(ctx, objs)
+			case "the Helm chart for EBS and EFS on one node, with continuous mode and a condition per group":
+				objs := in.render()
+				second = agentOf(objs)
+				applyUntilDone(ctx, objs)
+			}
+		}
+		Expect(first.taints).NotTo(BeEmpty())
+		Expect(second.conditionType).To(ContainSubstring(","), "a condition per group")
+		// The API server picks a new policy up shortly after it is created.
+		probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node + "-probe"}}
+		Expect(k8sClient.Create(ctx, probe)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, probe))).To(Succeed()) })
+		for _, a := range []agent{first, second} {
+			Eventually(func() error {
+				return patchNode(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels = map[string]string{"x": "y"} })
+			}).Should(MatchError(ContainSubstring(msgOtherNode)))
+		}
+
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		for _, spec := range append(append([]controllers.TaintSpec{}, first.taints...), second.groupTaints[1]...) {
+			n.Spec.Taints = append(n.Spec.Taints, startupTaint(spec))
+		}
+		Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, n))).To(Succeed()) })
+
+		By("an admin filling the removed record, the conditions and managedFields")
+		var record strings.Builder
+		for i := 0; record.Len() < annotationBytes; i++ {
+			fmt.Fprintf(&record, "example.com/junk-%06d,", i)
+		}
+		// The junk entries first, so the agents' own entries still need appending.
+		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
+			n.Annotations = map[string]string{controllers.RemovedAnnotation: strings.TrimSuffix(record.String(), ",")}
+		})).To(Succeed())
+		now := metav1.Now()
+		Expect(writeStatus(ctx, k8sClient, node, func(n *corev1.Node) {
+			for i := range conditions {
+				n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{
+					Type: corev1.NodeConditionType(fmt.Sprintf("example.com/Condition%05d", i)), Status: corev1.ConditionTrue,
+					Reason: "Filled", Message: strings.Repeat("m", 160), LastHeartbeatTime: now, LastTransitionTime: now})
+			}
+		})).To(Succeed())
+		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
+			for i := range applyManagers {
+				n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+					Manager: fmt.Sprintf("example.com/applier-%05d", i), Operation: metav1.ManagedFieldsOperationApply,
+					APIVersion: "v1", FieldsType: "FieldsV1", Time: &now,
+					FieldsV1: metav1.NewFieldsV1(fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/label-%05d":{}}},`+
+						`"f:status":{"f:conditions":{"k:{\"type\":\"example.com/Condition%05d\"}":{".":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}}}}`,
+						i, i%conditions)),
+				})
+			}
+		})).To(Succeed())
+		stored := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, stored)).To(Succeed())
+		data, err := json.Marshal(stored)
+		Expect(err).NotTo(HaveOccurred())
+		managed, err := json.Marshal(stored.ManagedFields)
+		Expect(err).NotTo(HaveOccurred())
+		AddReportEntry("largest Node", fmt.Sprintf("%d bytes: a %d-byte removed record, %d conditions, %d managedFields entries (%d bytes)",
+			len(data), len(stored.Annotations[controllers.RemovedAnnotation]), len(stored.Status.Conditions), len(stored.ManagedFields), len(managed)))
+		Expect(len(data)).To(BeNumerically(">", 1<<20), "a Node over 1 MiB")
+		Expect(stored.ManagedFields).To(HaveLen(applyManagers+2), "every entry stored, and the admin's own two")
+	})
+
+	timed := func(what string, write func() error) {
+		GinkgoHelper()
+		start := time.Now()
+		Expect(write()).To(Succeed(), what)
+		AddReportEntry(what, time.Since(start).Round(time.Millisecond).String())
+	}
+
+	It("admits each agent's own removal (the reconciler's own patch, in a dry run) and the second agent's condition", func(ctx SpecContext) {
+		for _, a := range []struct {
+			agent
+			taints []controllers.TaintSpec
+		}{{first, first.taints}, {second, second.groupTaints[1]}} {
+			check := &controllers.ConfinementCheck{Client: asAgentOn(a.agent, node), NodeName: node,
+				Taints: func() []controllers.TaintSpec { return a.taints }}
+			timed(fmt.Sprintf("the removal of %v", a.taints), func() error {
+				_, refusal, err := check.CheckRemoval(ctx)
+				if err != nil {
+					return err
+				}
+				return refusal
+			})
+		}
+		timed("the second install's condition", func() error {
+			return writeStatus(ctx, asAgentOn(second, node), node, func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, condition(strings.Split(second.conditionType, ",")[1], corev1.ConditionTrue))
+			})
+		})
+	})
+
+	It("still refuses, by its rule, what the agent must never do on it", func(ctx SpecContext) {
+		asFirst := asAgentOn(first, node)
+		err := patchNode(ctx, asFirst, node, func(n *corev1.Node) {
+			n.Annotations[controllers.RemovedAnnotation] += "," + first.taints[0].String()
+		})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+		Expect(err.Error()).To(ContainSubstring(msgRemovedRecord))
+		err = patchNode(ctx, asFirst, node, func(n *corev1.Node) {
+			n.ManagedFields[len(n.ManagedFields)/2].FieldsV1 = metav1.NewFieldsV1(`{"f:spec":{"f:unschedulable":{}}}`)
+		})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+		Expect(err.Error()).To(ContainSubstring(msgOwnership))
+	})
+})
+
+// asAgentOn is a client acting as a's pod on node. It writes as the agent's field manager, which
+// the policy trusts with the fields the agent writes.
+func asAgentOn(a agent, node string) client.Client {
+	GinkgoHelper()
+	return client.WithFieldOwner(impersonating(a.user, a.groups, node), controllers.FieldManager)
+}
+
+// applyUntilDone applies the rendered objects and deletes them when the container ends, their
+// namespaces to the end, so that another spec can install them again.
+func applyUntilDone(ctx context.Context, objs []*unstructured.Unstructured) {
+	GinkgoHelper()
+	apply(ctx, objs)
+	DeferCleanup(func(ctx SpecContext) {
+		for _, obj := range objs {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+		}
+		for _, obj := range objs {
+			if obj.GetKind() == "Namespace" {
+				finalizeNamespace(ctx, obj.GetName())
+			}
+		}
+	})
+}
