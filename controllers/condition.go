@@ -85,7 +85,8 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 	// The message names the reason class, not the error's detail, so a detail that changes at
 	// every probe does not cause a write.
 	c.Status, c.Reason = corev1.ConditionFalse, conditionReason(notReady.gate)
-	c.Message = elide(fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " ")), maxConditionMessage)
+	msg := fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " "))
+	c.Message = elide(msg, maxConditionMessage)
 	return c
 }
 
