@@ -330,8 +330,9 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch
-// The agent's own Pod, for --ready-container: a Role in its own namespace only.
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch,namespace=system
+// The agent's own Pod, for --ready-container, is read only where an install turns that gate on:
+// config/sidecar/ready-container grants it, in the driver's namespace (no marker, so that the
+// roles every install gets do not).
 // Events about a Node can only be written in "default" (the API server's rule for cluster-scoped
 // objects), and a Role there would be moved by any overlay's namespace; the admission policy
 // confines these events to the agent's own Node instead.

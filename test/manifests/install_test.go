@@ -415,16 +415,9 @@ var _ = Describe("the rendered installs", func() {
 				for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
 					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
 				}
-				// The only namespaced grant reads the agent's own Pod, in the namespace it runs in.
-				roleBindings := only[rbacv1.RoleBinding](objs, "RoleBinding")
-				Expect(roleBindings).To(HaveLen(1))
-				Expect(roleBindings[0].Namespace).To(Equal(a.namespace))
-				Expect(roleBindings[0].Subjects).To(Equal([]rbacv1.Subject{me}))
-				roles := only[rbacv1.Role](objs, "Role")
-				Expect(roles).To(HaveLen(1))
-				Expect(roles[0].Namespace).To(Equal(a.namespace))
-				Expect(roles[0].Rules).To(ConsistOf(And(HaveField("Resources", []string{"pods"}),
-					HaveField("Verbs", ConsistOf("get", "list", "watch")))))
+				// No namespaced grant: pod reads come only with config/sidecar/ready-container.
+				Expect(only[rbacv1.RoleBinding](objs, "RoleBinding")).To(BeEmpty())
+				Expect(only[rbacv1.Role](objs, "Role")).To(BeEmpty())
 			})
 
 			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {
@@ -910,6 +903,43 @@ var _ = Describe("the rendered installs", func() {
 			})
 		})
 	}
+})
+
+var _ = Describe("pod reads", func() {
+	// grantsPods lists the roles of a render that let their subjects read Pods.
+	grantsPods := func(objs []*unstructured.Unstructured) []string {
+		var out []string
+		for _, obj := range objs {
+			if obj.GetKind() != "Role" && obj.GetKind() != "ClusterRole" {
+				continue
+			}
+			role := &rbacv1.ClusterRole{}
+			Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
+			for _, rule := range role.Rules {
+				if slices.ContainsFunc(rule.Resources, func(r string) bool { return r == "pods" || r == "*" }) {
+					out = append(out, obj.GetKind()+" "+obj.GetNamespace()+"/"+obj.GetName())
+				}
+			}
+		}
+		return out
+	}
+
+	It("are granted by no install of the table, none of which uses --ready-container", func() {
+		for _, in := range installs {
+			Expect(grantsPods(in.render())).To(BeEmpty(), in.name)
+		}
+	})
+
+	It("are granted by config/sidecar/ready-container, in the driver's namespace, to its service account only", func() {
+		objs := render("testdata/ready-container-sidecar")
+		a := agentOf(objs)
+		Expect(grantsPods(objs)).To(ConsistOf("Role kube-system/startup-taint-remover-pod-reader-ebs-csi-node-sa"))
+		bindings := only[rbacv1.RoleBinding](objs, "RoleBinding")
+		Expect(bindings).To(HaveLen(1))
+		Expect(bindings[0].Namespace).To(Equal("kube-system"))
+		Expect(bindings[0].RoleRef.Name).To(Equal("startup-taint-remover-pod-reader-ebs-csi-node-sa"))
+		Expect(bindings[0].Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Namespace: a.namespace, Name: a.serviceAccount}))
+	})
 })
 
 var _ = Describe("a render that left the placeholders as words, as kustomize before v5.8 did", func() {

@@ -5,6 +5,8 @@ package manifests
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,6 +31,8 @@ import (
 var (
 	cfg       *rest.Config
 	k8sClient client.Client
+	// kubeconfig is an admin's, for the tools a user runs (kubectl).
+	kubeconfig string
 )
 
 func TestManifests(t *testing.T) {
@@ -52,6 +56,12 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(testEnv.Stop)
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
+	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	data, err := admin.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
 })
 
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
