@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,20 +23,12 @@ type csiNodeGate struct {
 	driver             func() string
 	requireAllocatable bool
 
-	log   gateLog
-	since time.Time // when the gate was first seen passing; zero while it does not
+	log gateLog
 }
 
-// check returns why the gate of group does not pass, or nil and the time since when it has passed.
-func (g *csiNodeGate) check(ctx context.Context, group string, now time.Time) (*gateError, time.Time) {
-	if gerr := g.log.report(ctx, group, gateCSINode, g.registered(ctx)); gerr != nil {
-		g.since = time.Time{}
-		return gerr, time.Time{}
-	}
-	if g.since.IsZero() {
-		g.since = now
-	}
-	return nil, g.since
+// check returns why the gate of group does not pass, or nil.
+func (g *csiNodeGate) check(ctx context.Context, group string) *gateError {
+	return g.log.report(ctx, group, gateCSINode, g.registered(ctx))
 }
 
 func (g *csiNodeGate) registered(ctx context.Context) *gateError {

@@ -46,7 +46,9 @@ type group struct {
 	container *containerGate
 	resources *resourceGate
 	slices    *resourceSliceGate
-	state     nodeState
+	// passing is when each of the gates above started passing.
+	passing passingSince
+	state   nodeState
 }
 
 // configuredGroups returns the reconciler's groups as configured: Groups, or the one group its
@@ -129,7 +131,7 @@ func (r *NodeReconciler) validateGroup(g Group) error {
 
 // buildGroup makes a group's gates, once the reconciler's Client and Clock are set.
 func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
-	g := &group{Group: cfg}
+	g := &group{Group: cfg, passing: passingSince{}}
 	var gates []Gate
 	if g.CSI != nil {
 		gates = append(gates, g.CSI)
@@ -197,18 +199,20 @@ func (g *group) checkGates(ctx context.Context, node *corev1.Node, now time.Time
 	local, since := g.prober.notReady()
 	var csiNodeErr, containerErr, resourceErr, sliceErr *gateError
 	if g.csiNode != nil {
-		var csiNodeSince time.Time
-		csiNodeErr, csiNodeSince = g.csiNode.check(ctx, g.Name, now)
-		since = maxTime(since, csiNodeSince)
+		csiNodeErr = g.csiNode.check(ctx, g.Name)
+		since = maxTime(since, g.passing.observe(gateCSINode, csiNodeErr, now))
 	}
 	if g.container != nil {
 		containerErr = g.container.check(ctx, g.Name)
+		since = maxTime(since, g.passing.observe(gateContainer, containerErr, now))
 	}
 	if g.resources != nil {
 		resourceErr = g.resources.check(ctx, g.Name, node)
+		since = maxTime(since, g.passing.observe(gateResource, resourceErr, now))
 	}
 	if g.slices != nil {
 		sliceErr = g.slices.check(ctx, g.Name)
+		since = maxTime(since, g.passing.observe(gateResourceSlice, sliceErr, now))
 	}
 	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil && sliceErr == nil {
 		// Only the local gates hold the taint now that something changed (kubelet registered the

@@ -4,9 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 func TestParseResourceRequirement(t *testing.T) {
@@ -72,5 +76,32 @@ func TestTheResourceGateReadsAllocatable(t *testing.T) {
 	}
 	if !g.allocatableChanged(node("", "4"), node("2", "4")) || !g.allocatableChanged(node("2", "4"), node("1", "4")) {
 		t.Error("a change of the required resource does not count")
+	}
+}
+
+// The reaction time counts from when the gates started passing, whatever kind of gate held the
+// taint last: here the allocatable resource appears a minute after the agent started.
+func TestReadyToRemovedCountsFromTheResourceAppearing(t *testing.T) {
+	gpus, err := ParseResourceRequirement("nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEpisodeTest(t, testNode("uid-r1", startup))
+	e.set(func(r *NodeReconciler) { r.Gates, r.RequireResources = nil, []ResourceRequirement{gpus} })
+	e.reconcile()
+	e.clock.Step(time.Minute)
+	node := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	if err := e.c.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	count, sum := histogram(t, metrics.ReadyToRemovedSeconds)
+	e.reconcile()
+	afterCount, afterSum := histogram(t, metrics.ReadyToRemovedSeconds)
+	if afterCount != count+1 || afterSum-sum > 1 {
+		t.Errorf("ready-to-removed observed %d times, %.0fs; want once, under a second after the resource appeared", afterCount-count, afterSum-sum)
 	}
 }

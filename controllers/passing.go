@@ -1,0 +1,22 @@
+package controllers
+
+import "time"
+
+// passingSince remembers, by gate, when each gate the reconciler checks itself (the ones that
+// read cached API objects) was first seen passing. The reaction time and the hold time count from
+// when every gate passes, so each gate's start must be known, whatever its kind; the prober keeps
+// the same for the gates it probes on its own schedule.
+type passingSince map[string]time.Time
+
+// observe records gate's verdict at now and returns since when the gate has passed: now, if it has
+// just started, or zero while it does not pass.
+func (p passingSince) observe(gate string, notReady *gateError, now time.Time) time.Time {
+	if notReady != nil {
+		delete(p, gate)
+		return time.Time{}
+	}
+	if _, ok := p[gate]; !ok {
+		p[gate] = now
+	}
+	return p[gate]
+}
