@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/csi"
 )
 
 // Gate is a local readiness check of the node agent, probed periodically. Probe returns nil when
@@ -37,7 +39,7 @@ var errNotProbed = errors.New("not probed yet")
 type CSIGate struct {
 	address  string
 	timeout  time.Duration
-	identity *identityClient
+	identity *csi.IdentityClient
 
 	mu         sync.Mutex
 	driverName string
@@ -51,7 +53,7 @@ func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 	if path == "" {
 		return nil, errors.New("CSI client: empty socket path")
 	}
-	return &CSIGate{address: path, timeout: timeout, identity: newIdentityClient(path)}, nil
+	return &CSIGate{address: path, timeout: timeout, identity: csi.NewIdentityClient(path)}, nil
 }
 
 // Name implements Gate.
@@ -77,7 +79,7 @@ func (g *CSIGate) probe(ctx context.Context) error {
 	known := g.answered && g.driverName != ""
 	g.mu.Unlock()
 	if !known {
-		name, err := g.identity.getPluginInfo(ctx)
+		name, err := g.identity.GetPluginInfo(ctx)
 		if err != nil {
 			return fmt.Errorf("CSI GetPluginInfo on %s: %w", g.address, err)
 		}
@@ -88,7 +90,7 @@ func (g *CSIGate) probe(ctx context.Context) error {
 		g.driverName = name
 		g.mu.Unlock()
 	}
-	ready, err := g.identity.probe(ctx)
+	ready, err := g.identity.Probe(ctx)
 	if err != nil {
 		return fmt.Errorf("CSI Probe on %s: %w", g.address, err)
 	}
@@ -107,7 +109,7 @@ func (g *CSIGate) DriverName() string {
 
 // Close releases the connection to the driver.
 func (g *CSIGate) Close() error {
-	g.identity.close()
+	g.identity.Close()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/startup-taint-remover/startup-taint-remover/internal/csi"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -122,14 +123,14 @@ func reasonClass(err error) string {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return reasonTimeout
 	}
-	var rpcErr *rpcError
+	var rpcErr *csi.RPCError
 	if errors.As(err, &rpcErr) {
-		switch rpcErr.code {
-		case rpcDeadlineExceeded, rpcCanceled:
+		switch rpcErr.Code {
+		case csi.DeadlineExceeded, csi.Canceled:
 			return reasonTimeout
-		case rpcUnavailable:
+		case csi.Unavailable:
 			return reasonUnavailable
-		case rpcUnimplemented:
+		case csi.Unimplemented:
 			return reasonUnimplemented
 		}
 		return reasonError

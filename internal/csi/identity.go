@@ -1,4 +1,6 @@
-package controllers
+// Package csi is the agent's CSI Identity client: GetPluginInfo and Probe over a driver's Unix
+// socket, without the gRPC library.
+package csi
 
 import (
 	"bytes"
@@ -16,43 +18,47 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// identityClient makes the two CSI Identity calls the gate needs, GetPluginInfo and Probe, as
+// IdentityClient makes the two CSI Identity calls the gate needs, GetPluginInfo and Probe, as
 // unary gRPC calls (HTTP/2 with length-prefixed protobuf messages) over the driver's Unix socket,
 // with net/http's own HTTP/2 client.
 // The gRPC library would link some forty packages into a binary that runs on every node, for
 // two calls whose requests are empty and whose answers the gate reads one field of.
-type identityClient struct {
+type IdentityClient struct {
 	transport *http.Transport
 	client    *http.Client
 }
 
-// rpcCode is a gRPC status code; only the ones the gate tells apart are named.
-type rpcCode int
+// Code is a gRPC status code; only the ones the gate tells apart are named.
+type Code int
 
+// The gRPC status codes a caller tells apart, with gRPC's numbers and names.
 const (
-	rpcCanceled         rpcCode = 1
-	rpcUnknown          rpcCode = 2
-	rpcDeadlineExceeded rpcCode = 4
-	rpcUnimplemented    rpcCode = 12
-	rpcInternal         rpcCode = 13
-	rpcUnavailable      rpcCode = 14
+	Canceled         Code = 1
+	Unknown          Code = 2
+	DeadlineExceeded Code = 4
+	Unimplemented    Code = 12
+	Internal         Code = 13
+	Unavailable      Code = 14
 )
 
-// rpcError is a call that the driver, or the HTTP/2 layer in front of it, answered with a
+// RPCError is a call that the driver, or the HTTP/2 layer in front of it, answered with a
 // non-OK gRPC status.
-type rpcError struct {
-	code    rpcCode
-	message string
+type RPCError struct {
+	Code    Code
+	Message string
 }
 
-func (e *rpcError) Error() string {
-	return fmt.Sprintf("rpc error: code = %d desc = %s", e.code, e.message)
+// Error formats the status as the gRPC library does.
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("rpc error: code = %d desc = %s", e.Code, e.Message)
 }
 
 // maxMessage bounds an answer; a CSI Identity answer is a few hundred bytes.
 const maxMessage = 1 << 20
 
-func newIdentityClient(path string) *identityClient {
+// NewIdentityClient returns a client of the driver listening on the Unix socket at path; it
+// connects at its first call, and again after a call fails.
+func NewIdentityClient(path string) *IdentityClient {
 	// gRPC on a Unix socket speaks HTTP/2 without TLS, from the first byte.
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
@@ -66,11 +72,11 @@ func newIdentityClient(path string) *identityClient {
 		// find it, and the next call dials the path again.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 10 * time.Second, PingTimeout: 2 * time.Second},
 	}
-	return &identityClient{transport: t, client: &http.Client{Transport: t}}
+	return &IdentityClient{transport: t, client: &http.Client{Transport: t}}
 }
 
-// getPluginInfo returns the driver's name (GetPluginInfoResponse field 1).
-func (c *identityClient) getPluginInfo(ctx context.Context) (string, error) {
+// GetPluginInfo returns the driver's name (GetPluginInfoResponse field 1).
+func (c *IdentityClient) GetPluginInfo(ctx context.Context) (string, error) {
 	msg, err := c.call(ctx, "/csi.v1.Identity/GetPluginInfo")
 	if err != nil {
 		return "", err
@@ -88,9 +94,9 @@ func pluginName(msg []byte) (string, error) {
 	return name, err
 }
 
-// probe returns the driver's readiness (ProbeResponse field 1, a google.protobuf.BoolValue):
+// Probe returns the driver's readiness (ProbeResponse field 1, a google.protobuf.BoolValue):
 // nil when the driver left it unset, which the CSI spec reads as ready.
-func (c *identityClient) probe(ctx context.Context) (*bool, error) {
+func (c *IdentityClient) Probe(ctx context.Context) (*bool, error) {
 	msg, err := c.call(ctx, "/csi.v1.Identity/Probe")
 	if err != nil {
 		return nil, err
@@ -121,7 +127,7 @@ func readiness(msg []byte) (*bool, error) {
 }
 
 // call sends an empty request message to method and returns the answer's message.
-func (c *identityClient) call(ctx context.Context, method string) ([]byte, error) {
+func (c *IdentityClient) call(ctx context.Context, method string) ([]byte, error) {
 	// One uncompressed message of length zero.
 	body := []byte{0, 0, 0, 0, 0}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://csi"+method, bytes.NewReader(body))
@@ -140,7 +146,7 @@ func (c *identityClient) call(ctx context.Context, method string) ([]byte, error
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, &rpcError{code: httpStatusCode(resp.StatusCode), message: "HTTP status " + resp.Status}
+		return nil, &RPCError{Code: httpStatusCode(resp.StatusCode), Message: "HTTP status " + resp.Status}
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage+5))
 	if err != nil {
@@ -153,33 +159,33 @@ func (c *identityClient) call(ctx context.Context, method string) ([]byte, error
 	}
 	code, err := strconv.Atoi(status)
 	if err != nil {
-		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("no gRPC status in the answer to %s", method)}
+		return nil, &RPCError{Code: Internal, Message: fmt.Sprintf("no gRPC status in the answer to %s", method)}
 	}
 	if code != 0 {
 		text, _ := url.PathUnescape(message)
-		return nil, &rpcError{code: rpcCode(code), message: text}
+		return nil, &RPCError{Code: Code(code), Message: text}
 	}
 	if len(data) < 5 || data[0] != 0 {
-		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("the answer to %s is not one uncompressed message", method)}
+		return nil, &RPCError{Code: Internal, Message: fmt.Sprintf("the answer to %s is not one uncompressed message", method)}
 	}
 	n := binary.BigEndian.Uint32(data[1:5])
 	if n > maxMessage || int(n) != len(data)-5 {
-		return nil, &rpcError{code: rpcInternal, message: fmt.Sprintf("the answer to %s has a malformed length", method)}
+		return nil, &RPCError{Code: Internal, Message: fmt.Sprintf("the answer to %s has a malformed length", method)}
 	}
 	return data[5:], nil
 }
 
 // httpStatusCode maps an HTTP status to the gRPC code gRPC clients give it.
-func httpStatusCode(status int) rpcCode {
+func httpStatusCode(status int) Code {
 	switch status {
 	case http.StatusBadRequest:
-		return rpcInternal
+		return Internal
 	case http.StatusNotFound:
-		return rpcUnimplemented
+		return Unimplemented
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return rpcUnavailable
+		return Unavailable
 	}
-	return rpcUnknown
+	return Unknown
 }
 
 // protoFields calls f with each field of a protobuf message, in order.
@@ -204,7 +210,7 @@ func protoFields(msg []byte, f func(num protowire.Number, typ protowire.Type, va
 	return nil
 }
 
-// close drops the connection to the driver.
-func (c *identityClient) close() {
+// Close drops the connection to the driver.
+func (c *IdentityClient) Close() {
 	c.transport.CloseIdleConnections()
 }
