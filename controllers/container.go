@@ -6,8 +6,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // gateContainer names the container readiness gate in logs, events and metrics.
@@ -18,24 +24,39 @@ const reasonNoContainer = "no_container"
 
 // containerGate passes while the named container of the agent's own Pod is ready: kubelet's
 // readiness probe of the driver container, in the sidecar install. It serves agents whose
-// readiness is an exec or HTTP probe that only kubelet runs. It reads the manager's cache, which
-// holds only this one Pod (see NodeReconciler.CacheOptions), and a Pod watch event triggers the reconcile.
+// readiness is an exec or HTTP probe that only kubelet runs. The manager caches only this one
+// Pod, and a watch event of it triggers the reconcile.
 type containerGate struct {
-	reader    client.Reader
 	pod       types.NamespacedName
 	container string
-
-	log gateLog
 }
 
-// check returns why the gate of group does not pass, or nil.
-func (g *containerGate) check(ctx context.Context, group string) *gateError {
-	return g.log.report(ctx, group, gateContainer, g.ready(ctx))
+func (g *containerGate) name() string { return gateContainer }
+
+func (g *containerGate) check(ctx context.Context, reader client.Reader, _ *corev1.Node) *gateError {
+	return g.ready(ctx, reader)
 }
 
-func (g *containerGate) ready(ctx context.Context) *gateError {
+func (g *containerGate) cacheEntry() (client.Object, cache.ByObject) {
+	return &corev1.Pod{}, cache.ByObject{Namespaces: map[string]cache.Config{
+		g.pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", g.pod.Name)},
+	}}
+}
+
+func (g *containerGate) watch(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
+	thisPod := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetName() == g.pod.Name && o.GetNamespace() == g.pod.Namespace
+	})
+	return &corev1.Pod{}, toNode, []predicate.Predicate{thisPod}
+}
+
+func (g *containerGate) restMapping() (schema.GroupVersionKind, meta.RESTScope) {
+	return corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace
+}
+
+func (g *containerGate) ready(ctx context.Context, reader client.Reader) *gateError {
 	pod := &corev1.Pod{}
-	if err := g.reader.Get(ctx, g.pod, pod); err != nil {
+	if err := reader.Get(ctx, g.pod, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			err = fmt.Errorf("pod %s not found: check POD_NAME and POD_NAMESPACE", g.pod)
 		}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -41,12 +42,10 @@ type Group struct {
 // group is a Group at work: its gates' state and its episodes on the Node.
 type group struct {
 	Group
-	prober    *prober
-	csiNode   *csiNodeGate
-	container *containerGate
-	resources *resourceGate
-	slices    *resourceSliceGate
-	// passing is when each of the gates above started passing.
+	prober *prober
+	// cached are the gates that read API objects, checked at each reconcile in this order;
+	// passing is when each started passing.
+	cached  []cachedCheck
 	passing passingSince
 	state   nodeState
 }
@@ -138,19 +137,29 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 	}
 	gates = append(gates, g.Gates...)
 	g.prober = newProber(gates, interval, r.NodeName, g.Name, r.Clock)
-	if g.RequireCSINode {
-		g.csiNode = &csiNodeGate{reader: r.Client, node: r.NodeName, driver: g.CSI.DriverName, requireAllocatable: g.RequireAllocatable}
-	}
-	if g.ReadyContainer != "" {
-		g.container = &containerGate{reader: r.Client, pod: r.Pod, container: g.ReadyContainer}
-	}
-	if len(g.RequireResources) > 0 {
-		g.resources = &resourceGate{required: g.RequireResources}
-	}
-	if len(g.RequireResourceSlices) > 0 {
-		g.slices = &resourceSliceGate{reader: r.Client, node: r.NodeName, drivers: g.RequireResourceSlices}
+	for _, gate := range r.cachedGates(cfg) {
+		g.cached = append(g.cached, cachedCheck{gate: gate})
 	}
 	return g
+}
+
+// cachedGates returns the gates of cfg that read API objects, in the order they are checked. They
+// hold no client, so the manager's options can be collected from them before it exists.
+func (r *NodeReconciler) cachedGates(cfg Group) []cachedGate {
+	var gates []cachedGate
+	if cfg.RequireCSINode && cfg.CSI != nil {
+		gates = append(gates, &csiNodeGate{node: r.NodeName, driver: cfg.CSI.DriverName, requireAllocatable: cfg.RequireAllocatable})
+	}
+	if cfg.ReadyContainer != "" {
+		gates = append(gates, &containerGate{pod: r.Pod, container: cfg.ReadyContainer})
+	}
+	if len(cfg.RequireResources) > 0 {
+		gates = append(gates, &resourceGate{required: cfg.RequireResources})
+	}
+	if len(cfg.RequireResourceSlices) > 0 {
+		gates = append(gates, &resourceSliceGate{node: r.NodeName, drivers: cfg.RequireResourceSlices})
+	}
+	return gates
 }
 
 // anyGroup reports whether has holds for any of the built groups.
@@ -195,32 +204,24 @@ func (g *group) retaintKey(retaintAfter time.Duration) string {
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when
 // all pass. It evaluates every gate, so the gate metrics stay current.
-func (g *group) checkGates(ctx context.Context, node *corev1.Node, now time.Time) (*gateError, time.Time) {
+func (g *group) checkGates(ctx context.Context, reader client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
 	local, since := g.prober.notReady()
-	var csiNodeErr, containerErr, resourceErr, sliceErr *gateError
-	if g.csiNode != nil {
-		csiNodeErr = g.csiNode.check(ctx, g.Name)
-		since = maxTime(since, g.passing.observe(gateCSINode, csiNodeErr, now))
+	var first *gateError
+	for i := range g.cached {
+		c := &g.cached[i]
+		gerr := c.log.report(ctx, g.Name, c.gate.name(), c.gate.check(ctx, reader, node))
+		since = maxTime(since, g.passing.observe(c.gate.name(), gerr, now))
+		if first == nil {
+			first = gerr
+		}
 	}
-	if g.container != nil {
-		containerErr = g.container.check(ctx, g.Name)
-		since = maxTime(since, g.passing.observe(gateContainer, containerErr, now))
-	}
-	if g.resources != nil {
-		resourceErr = g.resources.check(ctx, g.Name, node)
-		since = maxTime(since, g.passing.observe(gateResource, resourceErr, now))
-	}
-	if g.slices != nil {
-		sliceErr = g.slices.check(ctx, g.Name)
-		since = maxTime(since, g.passing.observe(gateResourceSlice, sliceErr, now))
-	}
-	if local != nil && csiNodeErr == nil && containerErr == nil && resourceErr == nil && sliceErr == nil {
+	if local != nil && first == nil {
 		// Only the local gates hold the taint now that something changed (kubelet registered the
 		// driver, the taint came back): the driver may have turned ready since the last tick, so
 		// probe it now rather than up to an interval later.
 		g.prober.probeNow()
 	}
-	for _, gerr := range []*gateError{local, csiNodeErr, containerErr, resourceErr, sliceErr} {
+	for _, gerr := range []*gateError{local, first} {
 		if gerr != nil {
 			return gerr.inGroup(g.Name), time.Time{}
 		}

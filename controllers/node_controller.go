@@ -9,8 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -153,44 +151,35 @@ type NodeReconciler struct {
 }
 
 // CacheOptions restricts a manager's cache to what r reads, so the cost of each agent does not
-// grow with the size of the cluster: the Node and CSINode of r's node, the agent's own Pod with
-// ReadyContainer, and the node's ResourceSlices with RequireResourceSlices (in any group).
+// grow with the size of the cluster: r's Node, and what each of its gates that reads API objects
+// declares (this node's CSINode, the agent's own Pod, this node's ResourceSlices).
 func (r *NodeReconciler) CacheOptions() cache.Options {
-	byName := cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Node{}:       byName,
-		&storagev1.CSINode{}: byName,
+		&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)},
 	}}
-	groups := r.configuredGroups()
-	if slices.ContainsFunc(groups, func(g Group) bool { return g.ReadyContainer != "" }) {
-		opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{
-			r.Pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", r.Pod.Name)},
-		}}
-	}
-	if slices.ContainsFunc(groups, func(g Group) bool { return len(g.RequireResourceSlices) > 0 }) {
-		opts.ByObject[&resourcev1.ResourceSlice{}] = cache.ByObject{
-			Field: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, r.NodeName),
-		}
+	for _, w := range r.watchedKinds() {
+		obj, byObject := w.cacheEntry()
+		opts.ByObject[obj] = byObject
 	}
 	return opts
 }
 
-// ManagerOptions are the options the binary runs its manager with: r's CacheOptions and the
+// ManagerOptions are the options the binary runs its manager with: r's CacheOptions and its
 // static RESTMapper. Callers add their scheme, endpoints and logger.
 func (r *NodeReconciler) ManagerOptions() ctrl.Options {
-	return ctrl.Options{Cache: r.CacheOptions(), MapperProvider: RESTMapper}
+	return ctrl.Options{Cache: r.CacheOptions(), MapperProvider: r.RESTMapper}
 }
 
-// RESTMapper knows the few kinds this controller touches. A manager that serves only this
-// controller can use it as its MapperProvider and so start without API discovery, which fails,
-// and keeps failing, while the API server is unreachable, and which otherwise delays the first
-// patch while the mapping is looked up.
-func RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+// RESTMapper knows the few kinds this controller touches: Nodes, and what its gates read. A
+// manager that serves only this controller can use it as its MapperProvider and so start without
+// API discovery, which fails, and keeps failing, while the API server is unreachable, and which
+// otherwise delays the first patch while the mapping is looked up.
+func (r *NodeReconciler) RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	m.Add(storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
-	m.Add(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), meta.RESTScopeRoot)
+	for _, w := range r.watchedKinds() {
+		m.Add(w.restMapping())
+	}
 	return m, nil
 }
 
@@ -254,21 +243,12 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, g := range r.groups {
 		b = b.WatchesRawSource(source.Channel(g.prober.events, &handler.EnqueueRequestForObject{}))
 	}
-	if r.anyGroup(func(g *group) bool { return g.RequireCSINode }) {
-		// The CSINode shares its Node's name, so its events map to that Node's request.
-		b = b.Watches(&storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(thisNode))
-	}
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
-	if r.anyGroup(func(g *group) bool { return g.ReadyContainer != "" }) {
-		thisPod := predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetName() == r.Pod.Name && o.GetNamespace() == r.Pod.Namespace
-		})
-		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(thisPod))
-	}
-	if r.anyGroup(func(g *group) bool { return len(g.RequireResourceSlices) > 0 }) {
-		b = b.Watches(&resourcev1.ResourceSlice{}, toNode)
+	for _, w := range r.watchedKinds() {
+		obj, h, predicates := w.watch(toNode)
+		b = b.Watches(obj, h, builder.WithPredicates(predicates...))
 	}
 	return b.Complete(r)
 }
@@ -319,7 +299,12 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
-				r.anyGroup(func(g *group) bool { return g.resources != nil && g.resources.allocatableChanged(oldNode, newNode) })
+				r.anyGroup(func(g *group) bool {
+					return slices.ContainsFunc(g.cached, func(c cachedCheck) bool {
+						n, ok := c.gate.(nodeReader)
+						return ok && n.nodeChanged(oldNode, newNode)
+					})
+				})
 		},
 	}
 }
@@ -380,7 +365,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
 	r.reportObservation(ctx, specs, obs)
 
-	notReady, readySince := g.checkGates(ctx, node, now)
+	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
 	p := &plan{g: g, specs: specs, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince}
 	conditionErr := r.publishCondition(ctx, g, node, notReady)
 	if len(obs.held) == 0 {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // gateResource names the allocatable resource gate in logs, events and metrics.
@@ -50,29 +51,26 @@ func ParseResourceRequirement(s string) (ResourceRequirement, error) {
 
 // resourceGate passes while the Node advertises at least the required amount of each resource.
 // It reads the Node the reconcile already holds, so it costs no request, and an update of the
-// Node that changes one of those amounts triggers the reconcile (see allocatableChanged).
+// Node that changes one of those amounts triggers the reconcile (see nodeChanged).
 type resourceGate struct {
 	required []ResourceRequirement
-	log      gateLog
 }
 
-// check returns why the gate of group does not pass for node, or nil.
-func (g *resourceGate) check(ctx context.Context, group string, node *corev1.Node) *gateError {
-	var gerr *gateError
+func (g *resourceGate) name() string { return gateResource }
+
+func (g *resourceGate) check(_ context.Context, _ client.Reader, node *corev1.Node) *gateError {
 	for _, q := range g.required {
 		have := node.Status.Allocatable[q.Name]
 		if have.Cmp(q.Min) < 0 {
-			gerr = &gateError{gate: gateResource, reason: reasonNoResource,
+			return &gateError{gate: gateResource, reason: reasonNoResource,
 				err: fmt.Errorf("node %s advertises %s of %s, want at least %s", node.Name, have.String(), q.Name, q.Min.String())}
-			break
 		}
 	}
-	return g.log.report(ctx, group, gateResource, gerr)
+	return nil
 }
 
-// allocatableChanged reports whether the amount of any required resource differs between the
-// two Nodes.
-func (g *resourceGate) allocatableChanged(oldNode, newNode *corev1.Node) bool {
+// nodeChanged reports whether the amount of any required resource differs between the two Nodes.
+func (g *resourceGate) nodeChanged(oldNode, newNode *corev1.Node) bool {
 	for _, q := range g.required {
 		before, after := oldNode.Status.Allocatable[q.Name], newNode.Status.Allocatable[q.Name]
 		if before.Cmp(after) != 0 {

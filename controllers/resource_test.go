@@ -59,7 +59,7 @@ func TestTheResourceGateReadsAllocatable(t *testing.T) {
 		{"2", ""},
 		{"8", ""},
 	} {
-		gerr := g.check(context.Background(), "", node(tt.gpu, "4"))
+		gerr := g.check(context.Background(), nil, node(tt.gpu, "4"))
 		got := ""
 		if gerr != nil {
 			got = gerr.reason
@@ -68,13 +68,13 @@ func TestTheResourceGateReadsAllocatable(t *testing.T) {
 			t.Errorf("with %q GPUs: reason %q, want %q (%v)", tt.gpu, got, tt.reason, gerr)
 		}
 	}
-	if g.allocatableChanged(node("2", "4"), node("2", "8")) {
+	if g.nodeChanged(node("2", "4"), node("2", "8")) {
 		t.Error("a change of another resource counts")
 	}
-	if g.allocatableChanged(node("2", "4"), node("2000m", "4")) {
+	if g.nodeChanged(node("2", "4"), node("2000m", "4")) {
 		t.Error("the same quantity written differently counts")
 	}
-	if !g.allocatableChanged(node("", "4"), node("2", "4")) || !g.allocatableChanged(node("2", "4"), node("1", "4")) {
+	if !g.nodeChanged(node("", "4"), node("2", "4")) || !g.nodeChanged(node("2", "4"), node("1", "4")) {
 		t.Error("a change of the required resource does not count")
 	}
 }

@@ -5,8 +5,15 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // gateResourceSlice names the DRA gate in logs, events and metrics.
@@ -16,26 +23,37 @@ const gateResourceSlice = "resourceslice"
 const reasonNoDevices = "no_devices"
 
 // resourceSliceGate passes while each required Dynamic Resource Allocation driver has published a
-// ResourceSlice for this node with at least one device. It reads the manager's cache, which holds
-// only this node's slices (see NodeReconciler.CacheOptions), and a slice's event triggers the
-// reconcile.
+// ResourceSlice for this node with at least one device. The manager caches only this node's
+// slices, and a slice's event triggers the reconcile.
 type resourceSliceGate struct {
-	reader  client.Reader
 	node    string
 	drivers []string
-
-	log gateLog
 }
 
-// check returns why the gate of group does not pass, or nil.
-func (g *resourceSliceGate) check(ctx context.Context, group string) *gateError {
-	return g.log.report(ctx, group, gateResourceSlice, g.published(ctx))
+func (g *resourceSliceGate) name() string { return gateResourceSlice }
+
+func (g *resourceSliceGate) check(ctx context.Context, reader client.Reader, _ *corev1.Node) *gateError {
+	return g.published(ctx, reader)
 }
 
-func (g *resourceSliceGate) published(ctx context.Context) *gateError {
+func (g *resourceSliceGate) cacheEntry() (client.Object, cache.ByObject) {
+	return &resourcev1.ResourceSlice{}, cache.ByObject{
+		Field: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, g.node),
+	}
+}
+
+func (g *resourceSliceGate) watch(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
+	return &resourcev1.ResourceSlice{}, toNode, nil
+}
+
+func (g *resourceSliceGate) restMapping() (schema.GroupVersionKind, meta.RESTScope) {
+	return resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), meta.RESTScopeRoot
+}
+
+func (g *resourceSliceGate) published(ctx context.Context, reader client.Reader) *gateError {
 	list := &resourcev1.ResourceSliceList{}
 	// The cache holds this node's slices only; the node is checked below all the same.
-	if err := g.reader.List(ctx, list); err != nil {
+	if err := reader.List(ctx, list); err != nil {
 		return &gateError{gate: gateResourceSlice, reason: reasonError, err: fmt.Errorf("listing the ResourceSlices of node %s: %w", g.node, err)}
 	}
 	for _, driver := range g.drivers {
