@@ -186,7 +186,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 func buildGroup(g groupOptions, probeTimeout time.Duration) (controllers.Group, func(), error) {
 	group := controllers.Group{Name: g.name, Taints: g.taints, RequireCSINode: g.requireCSINode,
 		RequireAllocatable: g.requireAllocatable, ReadyContainer: g.readyContainer, RequireResources: g.requireResources,
-		RequireResourceSlices: g.resourceSlices, ConditionType: g.conditionType}
+		RequireResourceSlices: g.resourceSlices, RequireConditions: g.conditions, ConditionType: g.conditionType}
 	closeGates := func() {}
 	if g.csiAddress != "" {
 		gate, err := controllers.NewCSIGate(g.csiAddress, probeTimeout)

@@ -65,6 +65,7 @@ type groupOptions struct {
 	requireResources   []controllers.ResourceRequirement
 	readyFiles         []string
 	resourceSlices     []string
+	conditions         []controllers.ConditionRequirement
 	conditionType      string
 }
 
@@ -180,7 +181,7 @@ func (f optionalDuration) Set(v string) error {
 // groupFlags are the flags that describe one group, in the command line's group and in each group
 // of --config.
 var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-allocatable", "ready-url", "ready-container",
-	"ready-file", "require-resource", "require-resourceslice", "condition-type"}
+	"ready-file", "require-resource", "require-resourceslice", "require-condition", "condition-type"}
 
 // bindGroupFlags defines the flags of groupFlags on fs, into g.
 func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
@@ -207,6 +208,9 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.Var(listFlag[string]{&g.resourceSlices, parseDriverName}, "require-resourceslice",
 		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
 			"with at least one device; repeatable.")
+	fs.Var(listFlag[controllers.ConditionRequirement]{&g.conditions, controllers.ParseConditionRequirement}, "require-condition",
+		"A gate that passes while the Node has this condition with this status, as TYPE[=STATUS] (STATUS True when left out), "+
+			"as Node Problem Detector, a cloud controller or another agent publishes it; repeatable.")
 	fs.StringVar(&g.conditionType, "condition-type", "",
 		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
 			"written to the Node's status when it changes; empty (the default) is off.")
@@ -335,9 +339,10 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 	g.csiAddress = strings.TrimPrefix(g.csiAddress, "unix://")
 	switch {
 	case g.csiAddress == "" && g.readyURL == "" && g.readyContainer == "" && len(g.requireResources) == 0 && len(g.readyFiles) == 0 &&
-		len(g.resourceSlices) == 0:
+		len(g.resourceSlices) == 0 && len(g.conditions) == 0:
 		return fmt.Errorf("no readiness gate: set %s", strings.Join([]string{setting("csi-address"), setting("ready-url"),
-			setting("ready-file"), setting("ready-container"), setting("require-resource"), setting("require-resourceslice")}, ", "))
+			setting("ready-file"), setting("ready-container"), setting("require-resource"), setting("require-resourceslice"),
+			setting("require-condition")}, ", "))
 	case g.readyContainer != "" && len(validation.IsDNS1123Label(g.readyContainer)) > 0:
 		return fmt.Errorf("%s: %q is not a container name", setting("ready-container"), g.readyContainer)
 	case g.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
@@ -385,6 +390,12 @@ func (o *options) validateGroupModes(g *groupOptions, setting func(string) strin
 		}
 		if err := controllers.ValidateConditionType(g.conditionType); err != nil {
 			return fmt.Errorf("%s: %w", setting("condition-type"), err)
+		}
+	}
+	for _, c := range g.conditions {
+		if string(c.Type) == g.conditionType {
+			return fmt.Errorf("%s: %s is the condition this group writes (%s): it would wait for itself",
+				setting("require-condition"), c.Type, setting("condition-type"))
 		}
 	}
 	return nil

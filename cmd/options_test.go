@@ -37,6 +37,7 @@ func TestParseOptionsValues(t *testing.T) {
 		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
 		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
 		"--ready-file=/etc/cni/net.d/*.conflist", "--require-resourceslice=gpu.example.com",
+		"--require-condition=NetworkUnavailable=False", "--require-condition=example.com/GPUHealthy",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,8 @@ func TestParseOptionsValues(t *testing.T) {
 		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
 		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" ||
 		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" ||
-		len(o.resourceSlices) != 1 || o.resourceSlices[0] != "gpu.example.com" {
+		len(o.resourceSlices) != 1 || o.resourceSlices[0] != "gpu.example.com" ||
+		len(o.conditions) != 2 || o.conditions[0].String() != "NetworkUnavailable=False" || o.conditions[1].String() != "example.com/GPUHealthy=True" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -97,6 +99,10 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"condition with a dry run", []string{csi, "--dry-run", "--condition-type=example.com/AgentReady"}, node, "--condition-type: cannot be written"},
 		{"resource name not a name", []string{"--taint=a/b", "--require-resource=nvidia com/gpu"}, node, "-require-resource"},
 		{"resource minimum not a quantity", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=many"}, node, "-require-resource"},
+		{"condition not a condition type", []string{"--taint=a/b", "--require-condition=network unavailable"}, node, "-require-condition"},
+		{"condition status not a status", []string{"--taint=a/b", "--require-condition=NetworkUnavailable=no"}, node, "-require-condition"},
+		{"condition the group writes itself", []string{"--taint=a/b", "--require-condition=example.com/AgentReady",
+			"--condition-type=example.com/AgentReady"}, node, "--require-condition: example.com/AgentReady is the condition this group writes"},
 		{"resource minimum zero", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=0"}, node, "must be positive"},
 		{"resource minimum negative", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=-1"}, node, "must be positive"},
 		{"ready file relative", []string{"--taint=a/b", "--ready-file=etc/cni/net.d/*.conflist"}, node, "-ready-file"},

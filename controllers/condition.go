@@ -21,7 +21,7 @@ import (
 
 // ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
 // the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady,
-// FileNotReady, ResourceNotReady, ResourceSliceNotReady.
+// FileNotReady, ResourceNotReady, ResourceSliceNotReady, NodeConditionNotReady.
 const ConditionReasonGatesPass = "GatesPass"
 
 // kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.

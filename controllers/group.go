@@ -35,6 +35,8 @@ type Group struct {
 	// RequireResources and RequireResourceSlices are the device plugin and DRA gates.
 	RequireResources      []ResourceRequirement
 	RequireResourceSlices []string
+	// RequireConditions are Node conditions, each with its status, that must hold.
+	RequireConditions []ConditionRequirement
 	// ConditionType, when set, publishes this group's verdict as a Node condition of this type.
 	ConditionType string
 }
@@ -106,9 +108,9 @@ func (r *NodeReconciler) validateGroups() error {
 // validateGroup checks one group's fields.
 func (r *NodeReconciler) validateGroup(g Group) error {
 	switch {
-	case g.CSI == nil && len(g.Gates) == 0 && g.ReadyContainer == "" && len(g.RequireResources) == 0 && len(g.RequireResourceSlices) == 0:
+	case len(r.cachedGates(g)) == 0 && g.CSI == nil && len(g.Gates) == 0:
 		return errors.New("at least one readiness gate is required " +
-			"(CSI, Gates, ReadyContainer, RequireResources or RequireResourceSlices)")
+			"(CSI, Gates, ReadyContainer, RequireResources, RequireResourceSlices or RequireConditions)")
 	case g.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
 		return errors.New("ReadyContainer needs Pod, the agent's own Pod")
 	case g.CSI == nil && len(g.Taints) == 0:
@@ -158,6 +160,9 @@ func (r *NodeReconciler) cachedGates(cfg Group) []cachedGate {
 	}
 	if len(cfg.RequireResourceSlices) > 0 {
 		gates = append(gates, &resourceSliceGate{node: r.NodeName, drivers: cfg.RequireResourceSlices})
+	}
+	if len(cfg.RequireConditions) > 0 {
+		gates = append(gates, &nodeConditionGate{required: cfg.RequireConditions})
 	}
 	return gates
 }

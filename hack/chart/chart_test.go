@@ -81,6 +81,8 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a relative ready file", []string{"readyFiles[0]=etc/cni/net.d/x"}, "/readyFiles/0"},
 		{"a ready file with a glob in its directory", []string{"readyFiles[0]=/etc/*/net.d/x"}, "/readyFiles/0"},
 		{"a DRA driver that is not a name", []string{"requireResourceSlices[0]=GPU Driver"}, "/requireResourceSlices/0"},
+		{"a condition that is not a name", []string{"requireConditions[0]=network unavailable"}, "/requireConditions/0"},
+		{"a condition status that is not one", []string{"requireConditions[0]=NetworkUnavailable=false"}, "/requireConditions/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 		{"a group without a name", []string{"groups[0].taints[0]=a.example.com/x", "groups[0].readyURL=http://127.0.0.1/"}, "/groups/0"},
 		{"a group name that is not a DNS label", []string{"groups[0].name=A_B", "groups[0].taints[0]=a.example.com/x",
@@ -112,7 +114,7 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 		t.Fatalf("a group alone: %v", err)
 	}
 	_, err := Template(chartDir, "str", "kube-system", nil, append(group, "readyURL=http://127.0.0.1/"))
-	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices and conditionType in each group") {
+	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions and conditionType in each group") {
 		t.Fatalf("a gate beside groups: err = %v", err)
 	}
 }

@@ -67,7 +67,12 @@ const (
 	gateFile
 	// gateAllocatable is a device plugin's resource in the Node's allocatable (--require-resource).
 	gateAllocatable
+	// gateCondition is a Node condition another agent publishes (--require-condition).
+	gateCondition
 )
+
+// benchCondition is the Node condition the condition scenario's agent waits for.
+const benchCondition = "bench.example.com/NetworkReady"
 
 // lane is one node with its own agent, gate and watch, so trials can run side by side.
 type lane struct {
@@ -92,6 +97,11 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 		required := []controllers.ResourceRequirement{{Name: benchResource, Min: resource.MustParse("1")}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 			&controllers.NodeReconciler{NodeName: name, Taints: taints, RequireResources: required, ProbeInterval: interval}, func() {})
+	case gateCondition:
+		group := controllers.Group{Name: "net", Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+			RequireConditions: []controllers.ConditionRequirement{{Type: benchCondition, Status: corev1.ConditionTrue}}}
+		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
+			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 	}
 	return newCSILane(ctx, e, name, interval, registered)
 }
@@ -324,6 +334,32 @@ func allocatableTrial(ctx context.Context, l *lane) (time.Time, error) {
 	return t0, setAllocatable("1")
 }
 
+// conditionTrial turns the Node condition False, and then True with a status update, as another
+// agent (Node Problem Detector, a network agent) publishes it.
+func conditionTrial(ctx context.Context, l *lane) (time.Time, error) {
+	setCondition := func(status corev1.ConditionStatus) error {
+		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+			node := &corev1.Node{}
+			if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
+				return err
+			}
+			now := metav1.Now()
+			node.Status.Conditions = []corev1.NodeCondition{{Type: benchCondition, Status: status, Reason: "Bench",
+				LastHeartbeatTime: now, LastTransitionTime: now}}
+			return l.e.c.Status().Update(ctx, node)
+		})
+	}
+	if err := setCondition(corev1.ConditionFalse); err != nil {
+		return time.Time{}, err
+	}
+	if err := l.holdTaint(ctx); err != nil {
+		return time.Time{}, err
+	}
+	l.drain()
+	t0 := time.Now()
+	return t0, setCondition(corev1.ConditionTrue)
+}
+
 func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
 	// Re-adds are rare events; spacing the trials keeps them independent of each other.
 	time.Sleep(50*time.Millisecond + rand.N(50*time.Millisecond))
@@ -401,6 +437,8 @@ func measureReaction(ctx context.Context, e *env, trials int) ([]reactionResult,
 			time.Second, 100 * time.Millisecond, false, gateFile, fileTrial},
 		{"allocatable", "device plugin's resource published in allocatable (status update) to taint removed", "p99 < 100 ms", 1,
 			time.Second, 100 * time.Millisecond, false, gateAllocatable, allocatableTrial},
+		{"condition", "Node condition published (--require-condition, status update) to taint removed", "p99 < 100 ms", 1,
+			time.Second, 100 * time.Millisecond, false, gateCondition, conditionTrial},
 	}
 	var out []reactionResult
 	for _, s := range scenarios {

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
@@ -96,6 +97,36 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		GinkgoWriter.Printf("the taint went %s after the file was written, with an hour between probes\n", time.Since(start))
 	})
 
+	It("removes the taint once another agent publishes the Node condition it requires, and not for its heartbeats", func(ctx SpecContext) {
+		network := corev1.Taint{Key: "network.example.com/not-ready", Effect: corev1.TaintEffectNoSchedule}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-condition"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{network}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+		setCondition := func(status corev1.ConditionStatus) {
+			GinkgoHelper()
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n := &corev1.Node{}
+				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(node), n); err != nil {
+					return err
+				}
+				n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: status,
+					Reason: "RouteCreated", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+				return k8sClient.Status().Update(ctx, n)
+			})).To(Succeed())
+		}
+		session := runBinary("--kubeconfig="+kubeconfig, "--node-name="+node.Name, "--taint="+network.ToString(),
+			"--require-condition=NetworkUnavailable=False", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"node-condition"`))
+
+		By("the network agent publishing the condition, first as unavailable")
+		setCondition(corev1.ConditionTrue)
+		Consistently(hasTaint(ctx, k8sClient, node.Name, network.Key), "1s").Should(BeTrue())
+		setCondition(corev1.ConditionFalse)
+		start := time.Now()
+		Eventually(hasTaint(ctx, k8sClient, node.Name, network.Key), 10*time.Second, 10*time.Millisecond).Should(BeFalse())
+		GinkgoWriter.Printf("the taint went %s after NetworkUnavailable turned False\n", time.Since(start))
+	})
+
 	It("exits with status 2 and one line naming the flag, without contacting the API server", func() {
 		var requests atomic.Int64
 		apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -145,6 +176,7 @@ current-context: c
 			{[]string{"--max-wait=-5m"}, "--max-wait"},
 			{[]string{"--ready-container=driver"}, "--ready-container"},
 			{[]string{"--ready-container=Not_A_Name"}, "--ready-container"},
+			{[]string{"--taint=a/b", "--require-condition=NetworkUnavailable=no"}, "-require-condition"},
 			{[]string{"--dry-run", "--require-confinement"}, "--require-confinement"},
 			{[]string{"--max-wait=later"}, "-max-wait"},
 			{[]string{"--metrics-bind-address="}, "--metrics-bind-address"},

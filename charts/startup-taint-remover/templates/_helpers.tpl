@@ -71,6 +71,9 @@ groups:
   {{- with .requireResourceSlices }}
   require-resourceslice: {{ toJson . }}
   {{- end }}
+  {{- with .requireConditions }}
+  require-condition: {{ toJson . }}
+  {{- end }}
   {{- with .conditionType }}
   condition-type: {{ . }}
   {{- end }}

@@ -1,0 +1,132 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+func TestParseConditionRequirement(t *testing.T) {
+	for _, tt := range []struct{ in, want, err string }{
+		{"NetworkUnavailable=False", "NetworkUnavailable=False", ""},
+		{"example.com/GPUHealthy", "example.com/GPUHealthy=True", ""},
+		{"example.com/GPUHealthy=Unknown", "example.com/GPUHealthy=Unknown", ""},
+		{"", "", "not a condition type"},
+		{"network unavailable", "", "not a condition type"},
+		{"a/b/c=True", "", "not a condition type"},
+		{"NetworkUnavailable=false", "", "True, False or Unknown"},
+		{"NetworkUnavailable=", "", "True, False or Unknown"},
+	} {
+		c, err := ParseConditionRequirement(tt.in)
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("ParseConditionRequirement(%q) = %v, %v; want an error with %q", tt.in, c, err, tt.err)
+		case tt.err == "" && (err != nil || c.String() != tt.want):
+			t.Errorf("ParseConditionRequirement(%q) = %v, %v; want %s", tt.in, c, err, tt.want)
+		}
+	}
+}
+
+// nodeWithConditions is the unit tests' Node with these conditions, set at a given heartbeat.
+func nodeWithConditions(heartbeat time.Time, conditions ...corev1.NodeCondition) *corev1.Node {
+	n := nodeWith()
+	for _, c := range conditions {
+		c.LastHeartbeatTime = metav1.NewTime(heartbeat)
+		n.Status.Conditions = append(n.Status.Conditions, c)
+	}
+	return n
+}
+
+var (
+	networkAvailable   = corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}
+	networkUnavailable = corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue}
+	kubeletReady       = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}
+	kubeletNotReady    = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse}
+	networkRequirement = ConditionRequirement{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}
+)
+
+func TestTheNodeConditionGateReadsTheNode(t *testing.T) {
+	g := &nodeConditionGate{required: []ConditionRequirement{networkRequirement}}
+	for _, tt := range []struct {
+		name       string
+		conditions []corev1.NodeCondition
+		reason     string
+	}{
+		{"not published yet", []corev1.NodeCondition{kubeletReady}, reasonNoCondition},
+		{"the other status", []corev1.NodeCondition{kubeletReady, networkUnavailable}, reasonConditionStatus},
+		{"as required", []corev1.NodeCondition{kubeletNotReady, networkAvailable}, ""},
+	} {
+		gerr := g.check(context.Background(), nil, nodeWithConditions(testStart, tt.conditions...))
+		got := ""
+		if gerr != nil {
+			got = gerr.reason
+		}
+		if got != tt.reason {
+			t.Errorf("%s: reason %q, want %q (%v)", tt.name, got, tt.reason, gerr)
+		}
+	}
+}
+
+// Kubelet rewrites every condition's heartbeat every few seconds on every Node: only a change of a
+// required condition may cost a reconcile.
+func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
+	r := &NodeReconciler{NodeName: "n1", Groups: []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}},
+		RequireConditions: []ConditionRequirement{networkRequirement}}}}
+	r.build()
+	changed := r.nodeChanged()
+	later := testStart.Add(10 * time.Second)
+	reconciles := 0
+	for _, u := range []struct{ old, new *corev1.Node }{
+		{nodeWithConditions(testStart, kubeletReady), nodeWithConditions(later, kubeletReady)},                                        // a heartbeat
+		{nodeWithConditions(testStart, kubeletReady), nodeWithConditions(later, kubeletNotReady)},                                     // another condition
+		{nodeWithConditions(testStart, kubeletReady), nodeWithConditions(later, kubeletReady, networkUnavailable)},                    // it appears
+		{nodeWithConditions(testStart, networkUnavailable), nodeWithConditions(later, networkUnavailable)},                            // its heartbeat
+		{nodeWithConditions(testStart, networkUnavailable), nodeWithConditions(later, networkAvailable)},                              // it turns
+		{nodeWithConditions(testStart, networkAvailable, kubeletReady), nodeWithConditions(later, networkAvailable, kubeletNotReady)}, // another
+	} {
+		if changed.Update(event.UpdateEvent{ObjectOld: u.old, ObjectNew: u.new}) {
+			reconciles++
+		}
+	}
+	if reconciles != 2 {
+		t.Errorf("%d of 6 updates cause a reconcile, want 2: the condition appearing and turning", reconciles)
+	}
+}
+
+// The taint goes once the condition holds, and the reaction time counts from then.
+func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
+	e := newEpisodeTest(t, testNode("uid-nc", startup))
+	e.set(func(r *NodeReconciler) {
+		r.Gates, r.Taints = nil, nil
+		r.Groups = []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}}, RequireConditions: []ConditionRequirement{networkRequirement}}}
+	})
+	e.reconcile()
+	expectEvents(t, e.events(), "Normal WaitingForDriver Holding startup taints: node-condition gate of group net: "+
+		"node n1 has no condition NetworkUnavailable yet, want False")
+	e.clock.Step(time.Minute)
+	node := &corev1.Node{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{networkAvailable}
+	if err := e.c.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	count, sum := histogram(t, metrics.ReadyToRemovedSeconds)
+	e.reconcile()
+	if got := e.taints(); len(MatchingTaints(got, []TaintSpec{{Key: startup.Key}})) > 0 {
+		t.Fatalf("taints %v: want the startup taint gone", got)
+	}
+	afterCount, afterSum := histogram(t, metrics.ReadyToRemovedSeconds)
+	if afterCount != count+1 || afterSum-sum > 1 {
+		t.Errorf("ready-to-removed observed %d times, %.0fs; want once, under a second after the condition held", afterCount-count, afterSum-sum)
+	}
+}
