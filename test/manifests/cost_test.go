@@ -138,6 +138,20 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		})
 	})
 
+	It("never judges kubelet's or an admin's writes on it", func(ctx SpecContext) {
+		timed("kubelet's status write", func() error {
+			return writeStatus(ctx, kubelet(ctx, node), node, func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, condition(string(corev1.NodeReady), corev1.ConditionTrue))
+			})
+		})
+		timed("an admin's label and cordon", func() error {
+			return patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
+				n.Labels = map[string]string{"example.com/pool": "a"}
+				n.Spec.Unschedulable = true
+			})
+		})
+	})
+
 	It("still refuses, by its rule, what the agent must never do on it", func(ctx SpecContext) {
 		asFirst := asAgentOn(first, node)
 		err := patchNode(ctx, asFirst, node, func(n *corev1.Node) {
