@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	clientfeatures "k8s.io/client-go/features"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -131,22 +130,8 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	}
 	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: ping}
 	shutdown := 2 * time.Second
-	r := &controllers.NodeReconciler{
-		NodeName:      opts.nodeName,
-		ProbeInterval: opts.probeInterval,
-		MaxWait:       opts.maxWait,
-		RetaintAfter:  opts.retaintAfter,
-		DryRun:        opts.dryRun,
-		Pod:           types.NamespacedName{Namespace: opts.podNamespace, Name: opts.podName},
-	}
-	for _, g := range opts.groups {
-		group, closeGates, err := buildGroup(g, opts.probeTimeout)
-		if err != nil {
-			return err
-		}
-		defer closeGates()
-		r.Groups = append(r.Groups, group)
-	}
+	r, _ := opts.newReconciler()
+	defer closeGates(r)
 	mgrOpts := r.ManagerOptions()
 	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError
 	// client-go's own scheme, built at its package's init and used by its typed clients anyway:
@@ -181,32 +166,15 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	return nil
 }
 
-// buildGroup makes the gates of one group of taints, and returns it with a function that closes
-// them.
-func buildGroup(g groupOptions, probeTimeout time.Duration) (controllers.Group, func(), error) {
-	group := controllers.Group{Name: g.name, Taints: g.taints, RequireCSINode: g.requireCSINode,
-		RequireAllocatable: g.requireAllocatable, ReadyContainer: g.readyContainer, RequireResources: g.requireResources,
-		RequireResourceSlices: g.resourceSlices, RequireConditions: g.conditions, ConditionType: g.conditionType}
-	closeGates := func() {}
-	if g.csiAddress != "" {
-		gate, err := controllers.NewCSIGate(g.csiAddress, probeTimeout)
-		if err != nil {
-			return group, nil, err
+// closeGates releases the connections of r's gates that hold one.
+func closeGates(r *controllers.NodeReconciler) {
+	for _, g := range r.Groups {
+		for _, gate := range g.Gates {
+			if c, ok := gate.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
 		}
-		group.CSI, closeGates = gate, func() { _ = gate.Close() }
 	}
-	if g.readyURL != "" {
-		group.Gates = append(group.Gates, controllers.NewHTTPGate(g.readyURL, probeTimeout))
-	}
-	if len(g.readyFiles) > 0 {
-		gate, err := controllers.NewFileGate(g.readyFiles...)
-		if err != nil {
-			closeGates()
-			return group, nil, fmt.Errorf("--ready-file: %w", err)
-		}
-		group.Gates = append(group.Gates, gate)
-	}
-	return group, closeGates, nil
 }
 
 // cacheSynced reports ready once the cache holds the node, so the pod is ready only when the

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -62,10 +63,10 @@ type groupOptions struct {
 	requireAllocatable bool
 	readyURL           string
 	readyContainer     string
-	requireResources   []controllers.ResourceRequirement
+	requireResources   []gates.ResourceRequirement
 	readyFiles         []string
 	resourceSlices     []string
-	conditions         []controllers.ConditionRequirement
+	conditions         []gates.ConditionRequirement
 	conditionType      string
 }
 
@@ -139,7 +140,7 @@ func (f listFlag[T]) Set(v string) error {
 
 // parseFilePattern accepts a --ready-file pattern that a FileGate can watch.
 func parseFilePattern(v string) (string, error) {
-	_, err := controllers.NewFileGate(v)
+	_, err := gates.NewFileGate(v)
 	return v, err
 }
 
@@ -199,7 +200,7 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.StringVar(&g.readyContainer, "ready-container", "",
 		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
 			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
-	fs.Var(listFlag[controllers.ResourceRequirement]{&g.requireResources, controllers.ParseResourceRequirement}, "require-resource",
+	fs.Var(listFlag[gates.ResourceRequirement]{&g.requireResources, gates.ParseResourceRequirement}, "require-resource",
 		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
 			"as a device plugin advertises it through kubelet; repeatable.")
 	fs.Var(listFlag[string]{&g.readyFiles, parseFilePattern}, "ready-file",
@@ -208,7 +209,7 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.Var(listFlag[string]{&g.resourceSlices, parseDriverName}, "require-resourceslice",
 		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
 			"with at least one device; repeatable.")
-	fs.Var(listFlag[controllers.ConditionRequirement]{&g.conditions, controllers.ParseConditionRequirement}, "require-condition",
+	fs.Var(listFlag[gates.ConditionRequirement]{&g.conditions, gates.ParseConditionRequirement}, "require-condition",
 		"A gate that passes while the Node has this condition with this status, as TYPE[=STATUS] (STATUS True when left out), "+
 			"as Node Problem Detector, a cloud controller or another agent publishes it; repeatable.")
 	fs.StringVar(&g.conditionType, "condition-type", "",
@@ -323,14 +324,26 @@ func (o *options) validate(explicit map[string]bool) error {
 		return err
 	}
 	if o.configFile == "" {
-		if err := o.validateGroup(&o.groupOptions, explicit, func(name string) string { return "--" + name }); err != nil {
+		if err := o.validateGroup(&o.groupOptions, explicit, o.setting(-1)); err != nil {
 			return err
 		}
 		o.groups = []groupOptions{o.groupOptions}
 	} else if err := o.readGroups(explicit); err != nil {
 		return err
 	}
-	return o.validateServing()
+	if err := o.validateServing(); err != nil {
+		return err
+	}
+	return o.validateReconciler()
+}
+
+// setting returns the function that names a setting of group i in messages: a flag, for the
+// command line's group (i < 0), or a setting of a group of --config.
+func (o *options) setting(i int) func(string) string {
+	if i < 0 {
+		return func(name string) string { return "--" + name }
+	}
+	return func(name string) string { return fmt.Sprintf("groups[%d].%s", i, name) }
 }
 
 // validateGroup checks one group's gates and the taints they guard. setting names a group setting
@@ -338,11 +351,6 @@ func (o *options) validate(explicit map[string]bool) error {
 func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setting func(string) string) error {
 	g.csiAddress = strings.TrimPrefix(g.csiAddress, "unix://")
 	switch {
-	case g.csiAddress == "" && g.readyURL == "" && g.readyContainer == "" && len(g.requireResources) == 0 && len(g.readyFiles) == 0 &&
-		len(g.resourceSlices) == 0 && len(g.conditions) == 0:
-		return fmt.Errorf("no readiness gate: set %s", strings.Join([]string{setting("csi-address"), setting("ready-url"),
-			setting("ready-file"), setting("ready-container"), setting("require-resource"), setting("require-resourceslice"),
-			setting("require-condition")}, ", "))
 	case g.readyContainer != "" && len(validation.IsDNS1123Label(g.readyContainer)) > 0:
 		return fmt.Errorf("%s: %q is not a container name", setting("ready-container"), g.readyContainer)
 	case g.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
@@ -350,15 +358,15 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 			setting("ready-container"))
 	case g.csiAddress != "" && !filepath.IsAbs(g.csiAddress):
 		return fmt.Errorf("%s: %q is not an absolute path", setting("csi-address"), g.csiAddress)
-	case g.csiAddress == "" && len(g.taints) == 0:
-		return fmt.Errorf("%s: required without %s (the default taint is named after the CSI driver)", setting("taint"), setting("csi-address"))
 	case g.csiAddress == "" && explicit["require-csinode"] && g.requireCSINode:
 		return fmt.Errorf("%s: needs %s", setting("require-csinode"), setting("csi-address"))
 	case g.requireAllocatable && (g.csiAddress == "" || !g.requireCSINode):
 		return fmt.Errorf("%s: needs %s and %s", setting("require-allocatable"), setting("csi-address"), setting("require-csinode"))
 	}
-	if err := o.validateGroupModes(g, setting); err != nil {
-		return err
+	if g.conditionType != "" {
+		if err := unrendered(g.conditionType); err != nil {
+			return fmt.Errorf("%s: %w", setting("condition-type"), err)
+		}
 	}
 	if g.readyURL != "" {
 		u, err := url.Parse(g.readyURL)
@@ -371,32 +379,6 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 	}
 	if g.csiAddress == "" {
 		g.requireCSINode = false
-	}
-	return nil
-}
-
-// validateGroupModes checks a group's settings against the modes: continuous mode, the dry run
-// and the group's Node condition.
-func (o *options) validateGroupModes(g *groupOptions, setting func(string) string) error {
-	switch {
-	case o.retaintAfter > 0 && len(g.taints) == 0:
-		return fmt.Errorf("--retaint-after: needs %s, whose first key it puts back with effect NoSchedule", setting("taint"))
-	case o.dryRun && g.conditionType != "":
-		return fmt.Errorf("%s: cannot be written with --dry-run, which never writes to the Node", setting("condition-type"))
-	}
-	if g.conditionType != "" {
-		if err := unrendered(g.conditionType); err != nil {
-			return fmt.Errorf("%s: %w", setting("condition-type"), err)
-		}
-		if err := controllers.ValidateConditionType(g.conditionType); err != nil {
-			return fmt.Errorf("%s: %w", setting("condition-type"), err)
-		}
-	}
-	for _, c := range g.conditions {
-		if string(c.Type) == g.conditionType {
-			return fmt.Errorf("%s: %s is the condition this group writes (%s): it would wait for itself",
-				setting("require-condition"), c.Type, setting("condition-type"))
-		}
 	}
 	return nil
 }
@@ -421,8 +403,8 @@ type configFile struct {
 }
 
 // readGroups reads the groups of --config, each parsed by the group flags' own parsers and
-// checked as the command line's group is, and checks that no two share a name, a taint key or
-// a condition type. A group flag on the command line as well is refused: which would win?
+// checked as the command line's group is. A group flag on the command line as well is refused:
+// which would win?
 func (o *options) readGroups(explicit map[string]bool) error {
 	for _, name := range groupFlags {
 		if explicit[name] {
@@ -441,35 +423,18 @@ func (o *options) readGroups(explicit map[string]bool) error {
 	if len(file.Groups) == 0 {
 		return fmt.Errorf("--config %s: groups: empty; list at least one group", o.configFile)
 	}
-	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
 	for i, settings := range file.Groups {
-		at := fmt.Sprintf("groups[%d]", i)
-		setting := func(name string) string { return at + "." + name }
-		g, explicit, err := parseGroup(settings, setting)
-		if err == nil {
-			err = o.validateGroup(&g, explicit, setting)
-		}
+		g, explicit, err := parseGroup(settings, o.setting(i))
 		switch {
 		case err != nil:
-		case len(validation.IsDNS1123Label(g.name)) > 0:
-			err = fmt.Errorf("%s.name: %q is not a DNS label (it names the group in logs, events and metrics)", at, g.name)
-		case names[g.name]:
-			err = fmt.Errorf("%s.name: %q is another group's", at, g.name)
-		case g.conditionType != "" && conditions[g.conditionType] != "":
-			err = fmt.Errorf("%s.condition-type: %q is group %s's", at, g.conditionType, conditions[g.conditionType])
-		}
-		for _, spec := range g.taints {
-			if other, ok := keys[spec.Key]; ok && other != g.name && err == nil {
-				err = fmt.Errorf("%s.taint: %s is group %s's too; each taint has one group", at, spec.Key, other)
-			}
-			keys[spec.Key] = g.name
+		case g.name == "":
+			// The reconciler lets a lone group go unnamed; a group of a file is always named.
+			err = fmt.Errorf(`%s: "" is not a DNS label: every group of --config needs a name`, o.setting(i)("name"))
+		default:
+			err = o.validateGroup(&g, explicit, o.setting(i))
 		}
 		if err != nil {
 			return fmt.Errorf("--config %s: %w", o.configFile, err)
-		}
-		names[g.name] = true
-		if g.conditionType != "" {
-			conditions[g.conditionType] = g.name
 		}
 		o.groups = append(o.groups, g)
 	}

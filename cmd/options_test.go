@@ -92,7 +92,7 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"maximum wait not a duration", []string{csi, "--max-wait=soon"}, node, "-max-wait"},
 		{"negative re-taint delay", []string{csi, "--taint=a/b", "--retaint-after=-30s"}, node, "--retaint-after: -30s is negative"},
 		{"re-taint delay not a duration", []string{csi, "--taint=a/b", "--retaint-after=30"}, node, "-retaint-after"},
-		{"re-taint without a taint to put back", []string{csi, "--retaint-after=30s"}, node, "--retaint-after: needs --taint"},
+		{"re-taint without a taint to put back", []string{csi, "--retaint-after=30s"}, node, "--taint: required by continuous mode"},
 		{"condition type not a qualified name", []string{csi, "--condition-type=agent ready"}, node, "--condition-type: \"agent ready\" is not a valid"},
 		{"condition type with two slashes", []string{csi, "--condition-type=a/b/c"}, node, "--condition-type"},
 		{"condition type kubelet writes", []string{csi, "--condition-type=Ready"}, node, "--condition-type: \"Ready\" is a condition kubelet writes"},
@@ -268,7 +268,7 @@ func TestParseOptionsRejectsBadConfig(t *testing.T) {
 			"- name: efs\n  csi-address: /csi/efs/csi.sock\n  condition-type: example.com/Ready\n", nil,
 			`groups[1].condition-type: "example.com/Ready" is group ebs's`},
 		{"re-taint and a group without a taint", "groups:\n" + group + "- name: efs\n  csi-address: /csi/efs/csi.sock\n",
-			[]string{"--retaint-after=1m"}, "--retaint-after: needs groups[1].taint"},
+			[]string{"--retaint-after=1m"}, "groups[1].taint: required by continuous mode"},
 		{"a group flag beside it", "groups:\n" + group, []string{"--taint=a.example.com/x"}, "--taint: set it in the groups of --config"},
 	}
 	for _, tt := range tests {

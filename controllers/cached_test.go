@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -12,15 +13,16 @@ import (
 // The manager's cache and REST mapping are collected from the gates that read API objects: each
 // kind once, however many groups read it, and nothing no gate reads.
 func TestTheManagerOptionsComeFromTheGates(t *testing.T) {
-	gpus, err := ParseResourceRequirement("nvidia.com/gpu")
+	gpus, err := gates.ParseResourceRequirement("nvidia.com/gpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	csi := func() *CSIGate { g, _ := NewCSIGate("/csi/csi.sock", 0); return g }
-	r := &NodeReconciler{NodeName: "n1", Pod: types.NamespacedName{Namespace: "kube-system", Name: "agent-x"}, Groups: []Group{
-		{Name: "disk", CSI: csi(), RequireCSINode: true, ReadyContainer: "driver"},
-		{Name: "file", CSI: csi(), RequireCSINode: true, RequireResources: []ResourceRequirement{gpus}},
-	}}
+	csi := func() *gates.CSIGate { g, _ := gates.NewCSIGate("/csi/csi.sock", 0); return g }
+	agent := types.NamespacedName{Namespace: "kube-system", Name: "agent-x"}
+	disk, file := CSIDriverGroup("n1", csi()), CSIDriverGroup("n1", csi())
+	disk.Name, disk.Gates = "disk", append(disk.Gates, gates.NewContainerGate(agent, "driver"))
+	file.Name, file.Gates = "file", append(file.Gates, gates.NewResourceGate(gpus))
+	r := &NodeReconciler{NodeName: "n1", Groups: []Group{disk, file}}
 	byObject := r.CacheOptions().ByObject
 	cached := make([]string, 0, len(byObject))
 	for obj := range byObject {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,37 +13,40 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 // The gates' verdict as a Node condition (ConditionType): visible in `kubectl describe node`, and
 // readable by controllers that act on Node conditions.
 
 // ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
-// the reason names that gate: CSINotReady, CSINodeNotReady, HTTPNotReady, ContainerNotReady,
-// FileNotReady, ResourceNotReady, ResourceSliceNotReady, NodeConditionNotReady.
+// the reason names that gate (gates.ConditionReason): CSINotReady, CSINodeNotReady, HTTPNotReady,
+// ContainerNotReady, FileNotReady, ResourceNotReady, ResourceSliceNotReady, NodeConditionNotReady,
+// PodNotReady.
 const ConditionReasonGatesPass = "GatesPass"
 
 // kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.
 var kubeletConditions = []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure,
 	corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable}
 
-// ValidateConditionType checks that t may be the agent's Node condition type: a qualified name
-// (as label keys are) that is not one of kubelet's own conditions.
-func ValidateConditionType(t string) error {
+// conditionTypeProblem says why t may not be the agent's Node condition type, or "": it must be a
+// qualified name (as label keys are) that is not one of kubelet's own conditions.
+func conditionTypeProblem(t string) string {
 	if errs := validation.IsQualifiedName(t); len(errs) > 0 {
-		return fmt.Errorf("%q is not a valid condition type: %s", t, strings.Join(errs, "; "))
+		return "is not a valid condition type: " + strings.Join(errs, "; ")
 	}
 	if slices.Contains(kubeletConditions, corev1.NodeConditionType(t)) {
-		return fmt.Errorf("%q is a condition kubelet writes", t)
+		return "is a condition kubelet writes"
 	}
-	return nil
+	return ""
 }
 
 // publishCondition writes the group's verdict as its ConditionType condition when it differs from
 // the condition on the Node and from the one this process wrote last. Nothing is written before
 // the gates have been probed, so a restarted agent does not report False for a moment.
 func (r *NodeReconciler) publishCondition(ctx context.Context, g *group, node *corev1.Node, notReady *gateError) error {
-	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == reasonNotProbed {
+	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == gates.ReasonNotProbed {
 		return nil
 	}
 	want := condition(g.ConditionType, notReady)
@@ -84,7 +86,7 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 	}
 	// The message names the reason class, not the error's detail, so a detail that changes at
 	// every probe does not cause a write.
-	c.Status, c.Reason = corev1.ConditionFalse, conditionReason(notReady.gate)
+	c.Status, c.Reason = corev1.ConditionFalse, notReady.title
 	msg := fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " "))
 	c.Message = elide(msg, maxConditionMessage)
 	return c
@@ -92,23 +94,6 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 
 // maxConditionMessage is the longest message the admission policy admits in the agent's condition.
 const maxConditionMessage = 1024
-
-// conditionReason is a gate's name in CamelCase followed by NotReady.
-func conditionReason(gate string) string {
-	initialisms := map[string]string{gateCSI: "CSI", gateCSINode: "CSINode", gateHTTP: "HTTP", gateResourceSlice: "ResourceSlice"}
-	var b strings.Builder
-	for _, word := range strings.FieldsFunc(gate, func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
-		if s, ok := initialisms[word]; ok {
-			b.WriteString(s)
-			continue
-		}
-		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
-	}
-	if b.Len() == 0 || !unicode.IsLetter(rune(b.String()[0])) {
-		return "GateNotReady"
-	}
-	return b.String() + "NotReady"
-}
 
 func findCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
 	for i := range conditions {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +37,7 @@ func TestTheConditionIsWrittenOncePerChangeAndLeavesKubeletsAlone(t *testing.T) 
 		LastHeartbeatTime: metav1.NewTime(testStart), LastTransitionTime: metav1.NewTime(testStart)}
 	node.Status.Conditions = []corev1.NodeCondition{kubelets}
 	e := newEpisodeTest(t, node, countStatusPatches(&writes))
-	e.set(func(r *NodeReconciler) { r.ConditionType = testConditionType })
+	e.set(func(r *NodeReconciler) { r.Groups[0].ConditionType = testConditionType })
 
 	condition := func() corev1.NodeCondition {
 		t.Helper()
@@ -72,9 +73,9 @@ func TestTheConditionIsNotWrittenBeforeTheFirstProbe(t *testing.T) {
 	writes := 0
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-c2", startup)).
 		WithInterceptorFuncs(countStatusPatches(&writes)).Build()
-	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: []TaintSpec{{Key: startup.Key}},
-		Gates: []Gate{&flipGate{}}, Recorder: events.NewFakeRecorder(10), ConditionType: testConditionType,
-		Clock: clocktesting.NewFakeClock(testStart)}
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Recorder: events.NewFakeRecorder(10),
+		Groups: []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}, ConditionType: testConditionType}},
+		Clock:  clocktesting.NewFakeClock(testStart)}
 	r.build()
 	if err := reconcileNode(t, r); err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestTheConditionIsNotWrittenBeforeTheFirstProbe(t *testing.T) {
 	}
 }
 
-func TestConditionTypeAndReason(t *testing.T) {
+func TestConditionType(t *testing.T) {
 	for _, tt := range []struct{ in, err string }{
 		{"example.com/AgentReady", ""},
 		{"CSIDriverReady", ""},
@@ -94,21 +95,15 @@ func TestConditionTypeAndReason(t *testing.T) {
 		{"Ready", "kubelet writes"},
 		{"NetworkUnavailable", "kubelet writes"},
 	} {
-		err := ValidateConditionType(tt.in)
-		if (err == nil) != (tt.err == "") || err != nil && !strings.Contains(err.Error(), tt.err) {
-			t.Errorf("ValidateConditionType(%q) = %v, want %q", tt.in, err, tt.err)
-		}
-	}
-	for gate, want := range map[string]string{gateCSI: "CSINotReady", gateCSINode: "CSINodeNotReady", gateHTTP: "HTTPNotReady",
-		gateContainer: "ContainerNotReady", gateFile: "FileNotReady", gateResource: "ResourceNotReady", gateResourceSlice: "ResourceSliceNotReady", "gpu-plugin": "GpuPluginNotReady", "9": "GateNotReady", "": "GateNotReady"} {
-		if got := conditionReason(gate); got != want {
-			t.Errorf("conditionReason(%q) = %q, want %q", gate, got, want)
+		problem := conditionTypeProblem(tt.in)
+		if (problem == "") != (tt.err == "") || !strings.Contains(problem, tt.err) {
+			t.Errorf("conditionTypeProblem(%q) = %q, want %q", tt.in, problem, tt.err)
 		}
 	}
 }
 
 func TestTheConditionMessageStaysWithinThePolicysBound(t *testing.T) {
-	c := condition("example.com/AgentReady", &gateError{gate: strings.Repeat("g", 2000), reason: reasonNotReady})
+	c := condition("example.com/AgentReady", &gateError{gate: strings.Repeat("g", 2000), reason: gates.ReasonNotReady})
 	if len(c.Message) > maxConditionMessage || !strings.HasPrefix(c.Message, "The ggg") {
 		t.Errorf("message of %d bytes %.40q..., want at most %d, its start kept", len(c.Message), c.Message, maxConditionMessage)
 	}

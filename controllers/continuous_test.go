@@ -93,9 +93,10 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 				return testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(status), metrics.ResultWritten))
 			}
 			trueWrites, falseWrites := writes(corev1.ConditionTrue), writes(corev1.ConditionFalse)
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true,
-				Taints:       []controllers.TaintSpec{{Key: startupTaint.Key, Effect: startupTaint.Effect}},
-				RetaintAfter: time.Second, ConditionType: conditionType})
+			group := controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))
+			group.Taints = []controllers.TaintSpec{{Key: startupTaint.Key, Effect: startupTaint.Effect}}
+			group.ConditionType = conditionType
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{group}, RetaintAfter: time.Second})
 			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(BeEmpty()) }).WithContext(ctx).Should(Succeed())
 
 			By("the driver stopping: the taint goes back on with NoSchedule, never NoExecute")

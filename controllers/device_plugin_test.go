@@ -15,6 +15,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -42,10 +43,11 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 	It("holds the taint until kubelet's status update advertises the resource, and other status updates cause no reconcile", func(ctx SpecContext) {
 		nodeName := uniqueNodeName()
 		createNode(ctx, nodeName, startupTaint)
-		gpus, err := controllers.ParseResourceRequirement("nvidia.com/gpu=2")
+		gpus, err := gates.ParseResourceRequirement("nvidia.com/gpu=2")
 		Expect(err).NotTo(HaveOccurred())
-		startManager(&controllers.NodeReconciler{NodeName: nodeName, RequireResources: []controllers.ResourceRequirement{gpus},
-			Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}})
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
+			Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceGate(gpus)},
+		}}})
 
 		writeStatus := func(change func(*corev1.NodeStatus)) {
 			GinkgoHelper()
@@ -82,8 +84,9 @@ var _ = Describe("The ResourceSlice gate (DRA drivers)", func() {
 			const driver = "gpu.example.com"
 			nodeName := uniqueNodeName()
 			createNode(ctx, nodeName, startupTaint)
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, RequireResourceSlices: []string{driver},
-				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}})
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
+				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceSliceGate(nodeName, driver)},
+			}}})
 			slice := func(name, driver, node string, devices int) *resourcev1.ResourceSlice {
 				s := &resourcev1.ResourceSlice{
 					ObjectMeta: metav1.ObjectMeta{Name: name},

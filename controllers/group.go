@@ -2,169 +2,157 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 // Group is one set of startup taints and the readiness gates that hold them. A node often runs
 // several agents, each with its own startup taint (a disk and a file CSI driver, a CNI agent): one
 // reconciler can serve them all, each group's taints removed as soon as that group's gates pass,
-// whatever the others' do. The fields mean what the NodeReconciler fields of the same names mean
-// for the single group it has when Groups is empty.
+// whatever the others' do.
 type Group struct {
 	// Name identifies the group in logs, events and the gate label of the metrics ("ebs" gives
 	// "ebs/csi"); a DNS label, unique among the groups. It may be empty only for a lone group.
 	Name string
-	// Taints are the group's startup taints; see NodeReconciler.Taints.
+	// Taints selects the startup taints to remove. When empty, the group holds its driver's
+	// conventional taint, "<driver name>/agent-not-ready", once its first gate that names a driver
+	// (gates.DriverNamer, such as the CSI gate) has learned the name.
 	Taints []TaintSpec
-	// CSI, RequireCSINode and RequireAllocatable are the group's CSI gates.
-	CSI                *CSIGate
-	RequireCSINode     bool
-	RequireAllocatable bool
-	// Gates are further local readiness checks.
-	Gates []Gate
-	// ReadyContainer names a container of the agent's own Pod (NodeReconciler.Pod).
-	ReadyContainer string
-	// RequireResources and RequireResourceSlices are the device plugin and DRA gates.
-	RequireResources      []ResourceRequirement
-	RequireResourceSlices []string
-	// RequireConditions are Node conditions, each with its status, that must hold.
-	RequireConditions []ConditionRequirement
-	// ConditionType, when set, publishes this group's verdict as a Node condition of this type.
+	// Gates hold the taints until every one passes. The reconciler probes those that check the
+	// node itself (gates.Probed) every ProbeInterval, and checks the others, which read API
+	// objects, at each reconcile; see package gates.
+	Gates []gates.Gate
+	// ConditionType, when set, publishes this group's verdict as a Node condition of this type,
+	// written to the Node's status when it changes: a qualified name, not one of kubelet's conditions.
 	ConditionType string
+}
+
+// CSIDriverGroup is the group of one CSI driver with the defaults: its conventional taint, held
+// until the driver answers Probe ready and kubelet has registered it in node's CSINode.
+func CSIDriverGroup(node string, driver *gates.CSIGate) Group {
+	return Group{Gates: []gates.Gate{driver, gates.NewCSINodeGate(node, driver, false)}}
 }
 
 // group is a Group at work: its gates' state and its episodes on the Node.
 type group struct {
 	Group
-	prober *prober
-	// cached are the gates that read API objects, checked at each reconcile in this order;
-	// passing is when each started passing.
-	cached  []cachedCheck
+	// prober probes the probed gates; checks are the others, checked at each reconcile in this
+	// order, and passing is when each of those started passing.
+	prober  *prober
+	checks  []check
 	passing passingSince
 	state   nodeState
 }
 
-// configuredGroups returns the reconciler's groups as configured: Groups, or the one group its
-// own fields describe.
-func (r *NodeReconciler) configuredGroups() []Group {
-	if len(r.Groups) > 0 {
-		return r.Groups
-	}
-	return []Group{{Taints: r.Taints, CSI: r.CSI, RequireCSINode: r.RequireCSINode, RequireAllocatable: r.RequireAllocatable,
-		Gates: r.Gates, ReadyContainer: r.ReadyContainer, RequireResources: r.RequireResources,
-		RequireResourceSlices: r.RequireResourceSlices, ConditionType: r.ConditionType}}
+// check is a gate the reconcile checks itself, with the log of its verdicts.
+type check struct {
+	gate gates.Gate
+	log  gateLog
 }
 
-// usesGroupFields reports whether any of the fields that Groups replaces is set.
-func (r *NodeReconciler) usesGroupFields() bool {
-	return len(r.Taints) > 0 || r.CSI != nil || r.RequireCSINode || r.RequireAllocatable || len(r.Gates) > 0 ||
-		r.ReadyContainer != "" || len(r.RequireResources) > 0 || len(r.RequireResourceSlices) > 0 || r.ConditionType != ""
-}
-
-// validateGroups checks each group, and that no two groups share a name, a taint key or a
-// condition type: each taint must have one group whose gates decide it.
-func (r *NodeReconciler) validateGroups() error {
-	if len(r.Groups) > 0 && r.usesGroupFields() {
-		return errors.New("NodeReconciler: Groups replaces Taints, CSI, RequireCSINode, RequireAllocatable, Gates, " +
-			"ReadyContainer, RequireResources, RequireResourceSlices and ConditionType; set those in each group")
+// Validate checks the reconciler's fields, and returns every problem with its field's path, such
+// as groups[1].conditionType. Each taint must have one group whose gates decide it, so no two
+// groups share a name, a taint key or a condition type.
+func (r *NodeReconciler) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if r.NodeName == "" {
+		errs = append(errs, field.Required(field.NewPath("nodeName"), "the Node this agent looks after"))
 	}
-	groups := r.configuredGroups()
-	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]bool{}
-	for i, g := range groups {
-		where := "NodeReconciler: "
-		if len(r.Groups) > 0 {
-			where = fmt.Sprintf("NodeReconciler: Groups[%d]: ", i)
-		}
-		if err := r.validateGroup(g); err != nil {
-			return fmt.Errorf("%s%w", where, err)
-		}
+	if r.MaxWait < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("maxWait"), r.MaxWait.String(), "is negative"))
+	}
+	if r.RetaintAfter < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("retaintAfter"), r.RetaintAfter.String(), "is negative"))
+	}
+	if len(r.Groups) == 0 {
+		errs = append(errs, field.Required(field.NewPath("groups"), "at least one group of taints and gates"))
+	}
+	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
+	for i, g := range r.Groups {
+		path := field.NewPath("groups").Index(i)
+		errs = append(errs, r.validateGroup(g, path)...)
 		switch {
-		case len(groups) > 1 && len(validation.IsDNS1123Label(g.Name)) > 0:
-			return fmt.Errorf("%sName %q is not a DNS label (each of several groups needs one)", where, g.Name)
+		case (len(r.Groups) > 1 || g.Name != "") && len(validation.IsDNS1123Label(g.Name)) > 0:
+			errs = append(errs, field.Invalid(path.Child("name"), g.Name,
+				"is not a DNS label (it names the group in logs, events and metrics)"))
 		case names[g.Name]:
-			return fmt.Errorf("%sName %q is taken by another group", where, g.Name)
-		case g.ConditionType != "" && conditions[g.ConditionType]:
-			return fmt.Errorf("%sConditionType %q is another group's", where, g.ConditionType)
+			errs = append(errs, field.Duplicate(path.Child("name"), g.Name))
 		}
-		names[g.Name], conditions[g.ConditionType] = true, true
-		for _, spec := range g.Taints {
+		names[g.Name] = true
+		if other, ok := conditions[g.ConditionType]; ok && g.ConditionType != "" {
+			errs = append(errs, field.Invalid(path.Child("conditionType"), g.ConditionType, fmt.Sprintf("is group %s's", other)))
+		}
+		conditions[g.ConditionType] = g.Name
+		for k, spec := range g.Taints {
 			if other, ok := keys[spec.Key]; ok && other != g.Name {
-				return fmt.Errorf("%staint key %s is also group %q's: each taint has one group", where, spec.Key, other)
+				errs = append(errs, field.Forbidden(path.Child("taints").Index(k),
+					fmt.Sprintf("%s is group %s's too; each taint has one group", spec.Key, other)))
 			}
 			keys[spec.Key] = g.Name
 		}
 	}
-	return nil
+	return errs
 }
 
 // validateGroup checks one group's fields.
-func (r *NodeReconciler) validateGroup(g Group) error {
-	switch {
-	case len(r.cachedGates(g)) == 0 && g.CSI == nil && len(g.Gates) == 0:
-		return errors.New("at least one readiness gate is required " +
-			"(CSI, Gates, ReadyContainer, RequireResources, RequireResourceSlices or RequireConditions)")
-	case g.ReadyContainer != "" && (r.Pod.Name == "" || r.Pod.Namespace == ""):
-		return errors.New("ReadyContainer needs Pod, the agent's own Pod")
-	case g.CSI == nil && len(g.Taints) == 0:
-		return errors.New("without a CSI driver to name the default taint, Taints is required")
-	case g.RequireCSINode && g.CSI == nil:
-		return errors.New("RequireCSINode needs CSI")
-	case g.RequireAllocatable && !g.RequireCSINode:
-		return errors.New("RequireAllocatable needs RequireCSINode")
-	case r.RetaintAfter > 0 && len(g.Taints) == 0:
-		return errors.New("RetaintAfter needs Taints, the first of which it puts back")
+func (r *NodeReconciler) validateGroup(g Group, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(g.Gates) == 0 {
+		errs = append(errs, field.Required(path.Child("gates"), "no readiness gate"))
 	}
-	if g.ConditionType != "" {
-		if err := ValidateConditionType(g.ConditionType); err != nil {
-			return fmt.Errorf("ConditionType: %w", err)
+	for j, gate := range g.Gates {
+		if gate == nil {
+			errs = append(errs, field.Required(path.Child("gates").Index(j), "a nil gate"))
+		} else if c, ok := gate.(*gates.NodeConditionGate); ok && g.ConditionType != "" && c.Requires(corev1.NodeConditionType(g.ConditionType)) {
+			errs = append(errs, field.Forbidden(path.Child("gates").Index(j),
+				g.ConditionType+" is the condition this group writes: it would wait for itself"))
 		}
 	}
-	return nil
+	switch {
+	case len(g.Taints) == 0 && r.RetaintAfter > 0:
+		errs = append(errs, field.Required(path.Child("taints"),
+			"required by continuous mode, which puts the first one's key back with effect NoSchedule"))
+	case len(g.Taints) == 0 && !slices.ContainsFunc(g.Gates, isDriverNamer):
+		errs = append(errs, field.Required(path.Child("taints"),
+			"required when no gate names a driver whose conventional taint would be the default"))
+	}
+	if g.ConditionType != "" {
+		if problem := conditionTypeProblem(g.ConditionType); problem != "" {
+			errs = append(errs, field.Invalid(path.Child("conditionType"), g.ConditionType, problem))
+		} else if r.DryRun {
+			errs = append(errs, field.Forbidden(path.Child("conditionType"), "cannot be written with a dry run, which never writes to the Node"))
+		}
+	}
+	return errs
 }
 
-// buildGroup makes a group's gates, once the reconciler's Client and Clock are set.
+func isDriverNamer(g gates.Gate) bool {
+	_, ok := g.(gates.DriverNamer)
+	return ok
+}
+
+// buildGroup makes a group's prober and checks, once the reconciler's Clock is set.
 func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 	g := &group{Group: cfg, passing: passingSince{}}
-	var gates []Gate
-	if g.CSI != nil {
-		gates = append(gates, g.CSI)
+	var probed []gates.Probed
+	for _, gate := range cfg.Gates {
+		if p, ok := gate.(gates.Probed); ok {
+			probed = append(probed, p)
+		} else {
+			g.checks = append(g.checks, check{gate: gate})
+		}
 	}
-	gates = append(gates, g.Gates...)
-	g.prober = newProber(gates, interval, r.NodeName, g.Name, r.Clock)
-	for _, gate := range r.cachedGates(cfg) {
-		g.cached = append(g.cached, cachedCheck{gate: gate})
-	}
+	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.Clock)
 	return g
-}
-
-// cachedGates returns the gates of cfg that read API objects, in the order they are checked. They
-// hold no client, so the manager's options can be collected from them before it exists.
-func (r *NodeReconciler) cachedGates(cfg Group) []cachedGate {
-	var gates []cachedGate
-	if cfg.RequireCSINode && cfg.CSI != nil {
-		gates = append(gates, &csiNodeGate{node: r.NodeName, driver: cfg.CSI.DriverName, requireAllocatable: cfg.RequireAllocatable})
-	}
-	if cfg.ReadyContainer != "" {
-		gates = append(gates, &containerGate{pod: r.Pod, container: cfg.ReadyContainer})
-	}
-	if len(cfg.RequireResources) > 0 {
-		gates = append(gates, &resourceGate{required: cfg.RequireResources})
-	}
-	if len(cfg.RequireResourceSlices) > 0 {
-		gates = append(gates, &resourceSliceGate{node: r.NodeName, drivers: cfg.RequireResourceSlices})
-	}
-	if len(cfg.RequireConditions) > 0 {
-		gates = append(gates, &nodeConditionGate{required: cfg.RequireConditions})
-	}
-	return gates
 }
 
 // anyGroup reports whether has holds for any of the built groups.
@@ -193,8 +181,13 @@ func (g *group) taintSpecs(retaintAfter time.Duration) []TaintSpec {
 		}
 		return append(slices.Clip(g.Taints), retaint)
 	}
-	if name := g.CSI.DriverName(); name != "" {
-		return []TaintSpec{DefaultTaintSpec(name)}
+	for _, gate := range g.Gates {
+		if n, ok := gate.(gates.DriverNamer); ok {
+			if name := n.DriverName(); name != "" {
+				return []TaintSpec{DefaultTaintSpec(name)}
+			}
+			return nil
+		}
 	}
 	return nil
 }
@@ -212,10 +205,10 @@ func (g *group) retaintKey(retaintAfter time.Duration) string {
 func (g *group) checkGates(ctx context.Context, reader client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
 	local, since := g.prober.notReady()
 	var first *gateError
-	for i := range g.cached {
-		c := &g.cached[i]
-		gerr := c.log.report(ctx, g.Name, c.gate.name(), c.gate.check(ctx, reader, node))
-		since = maxTime(since, g.passing.observe(c.gate.name(), gerr, now))
+	for i := range g.checks {
+		c := &g.checks[i]
+		gerr := c.log.report(ctx, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader})))
+		since = maxTime(since, g.passing.observe(i, gerr, now))
 		if first == nil {
 			first = gerr
 		}

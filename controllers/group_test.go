@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -50,10 +51,9 @@ func newGroupsTest(t *testing.T, patch func(client.Object, client.Patch) error) 
 		},
 	})
 	g.set(func(r *NodeReconciler) {
-		r.Taints, r.Gates = nil, nil
 		r.Groups = []Group{
-			{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []Gate{g.disk}},
-			{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: []Gate{g.file}},
+			{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{g.disk}},
+			{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: []gates.Gate{g.file}},
 		}
 	})
 	return g
@@ -187,46 +187,60 @@ func TestAGroupTheAdmissionPolicyRefusesHoldsBackOnlyItself(t *testing.T) {
 	}
 }
 
+// Validation names each problem's field by its path, which cmd turns into a flag's name.
 func TestGroupsAreValidated(t *testing.T) {
-	gate := []Gate{&flipGate{}}
+	gate := []gates.Gate{&flipGate{}}
 	disk := Group{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: gate}
 	tests := []struct {
 		name   string
 		change func(*NodeReconciler)
 		want   string
 	}{
-		{"the single group's fields beside Groups", func(r *NodeReconciler) { r.Taints = []TaintSpec{{Key: "x"}} },
-			"Groups replaces Taints"},
-		{"a nameless group among several", func(r *NodeReconciler) { r.Groups[1].Name = "" }, `Groups[1]: Name "" is not a DNS label`},
-		{"a name taken twice", func(r *NodeReconciler) { r.Groups[1].Name = "disk" }, `Groups[1]: Name "disk" is taken`},
+		{"no node", func(r *NodeReconciler) { r.NodeName = "" }, "nodeName: Required value"},
+		{"a negative deadline", func(r *NodeReconciler) { r.MaxWait = -1 }, "maxWait: Invalid value"},
+		{"no group", func(r *NodeReconciler) { r.Groups = nil }, "groups: Required value"},
+		{"a nameless group among several", func(r *NodeReconciler) { r.Groups[1].Name = "" }, `groups[1].name: Invalid value: ""`},
+		{"a name taken twice", func(r *NodeReconciler) { r.Groups[1].Name = "disk" }, `groups[1].name: Duplicate value: "disk"`},
 		{"a taint key in two groups", func(r *NodeReconciler) {
 			r.Groups[1].Taints = []TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}}
-		}, `Groups[1]: taint key disk.example.com/agent-not-ready is also group "disk"'s`},
+		}, `groups[1].taints[0]: Forbidden: disk.example.com/agent-not-ready is group disk's too`},
 		{"a condition type in two groups", func(r *NodeReconciler) {
 			r.Groups[0].ConditionType, r.Groups[1].ConditionType = "example.com/Ready", "example.com/Ready"
-		}, `Groups[1]: ConditionType "example.com/Ready" is another group's`},
-		{"a group without a gate", func(r *NodeReconciler) { r.Groups[1].Gates = nil }, "Groups[1]: at least one readiness gate"},
+		}, `groups[1].conditionType: Invalid value: "example.com/Ready": is group disk's`},
+		{"a condition type kubelet writes", func(r *NodeReconciler) { r.Groups[1].ConditionType = "Ready" },
+			`groups[1].conditionType: Invalid value: "Ready": is a condition kubelet writes`},
+		{"a condition written in a dry run", func(r *NodeReconciler) { r.Groups[1].ConditionType, r.DryRun = "example.com/Ready", true },
+			"groups[1].conditionType: Forbidden: cannot be written with a dry run"},
+		{"a group that waits for its own condition", func(r *NodeReconciler) {
+			r.Groups[1].ConditionType = "example.com/Ready"
+			r.Groups[1].Gates = append(gate, gates.NewNodeConditionGate(gates.ConditionRequirement{Type: "example.com/Ready", Status: "True"}))
+		}, "groups[1].gates[1]: Forbidden: example.com/Ready is the condition this group writes"},
+		{"a group without a gate", func(r *NodeReconciler) { r.Groups[1].Gates = nil }, "groups[1].gates: Required value: no readiness gate"},
+		{"a nil gate", func(r *NodeReconciler) { r.Groups[1].Gates = []gates.Gate{nil} }, "groups[1].gates[0]: Required value"},
+		{"a group without taints or a driver to name one", func(r *NodeReconciler) { r.Groups[1].Taints = nil },
+			"groups[1].taints: Required value: required when no gate names a driver"},
 		{"continuous mode and a group without taints", func(r *NodeReconciler) {
 			r.RetaintAfter = 1
-			r.Groups[1] = Group{Name: "csi", CSI: &CSIGate{}}
-		}, "Groups[1]: RetaintAfter needs Taints"},
+			csi, _ := gates.NewCSIGate("/csi/csi.sock", 0)
+			r.Groups[1] = Group{Name: "csi", Gates: []gates.Gate{csi}}
+		}, "groups[1].taints: Required value: required by continuous mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &NodeReconciler{NodeName: "n1", Groups: []Group{disk,
 				{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: gate}}}
-			if err := r.validate(); err != nil {
-				t.Fatalf("the valid groups: %v", err)
+			if errs := r.Validate(); len(errs) > 0 {
+				t.Fatalf("the valid groups: %v", errs)
 			}
 			tt.change(r)
-			if err := r.validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			if errs := r.Validate(); len(errs) != 1 || !strings.Contains(errs[0].Error(), tt.want) {
+				t.Fatalf("errors %v, want one containing %q", errs, tt.want)
 			}
 		})
 	}
 	lone := &NodeReconciler{NodeName: "n1", Groups: []Group{{Taints: disk.Taints, Gates: gate}}}
-	if err := lone.validate(); err != nil {
-		t.Fatalf("a lone group needs no name: %v", err)
+	if errs := lone.Validate(); len(errs) > 0 {
+		t.Fatalf("a lone group needs no name: %v", errs)
 	}
 }
 
@@ -255,13 +269,13 @@ func TestAGroupsRetaintGoesInTheSamePatchAsAnotherGroupsRemoval(t *testing.T) {
 }
 
 // The fake client and a recorder are enough to run a reconciler with Groups built from scratch.
-func TestGroupsBuildWithoutTheSingleGroupsFields(t *testing.T) {
+func TestALoneGroupsGateIsLabelledByItsName(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-b", diskTaint)).Build()
 	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Recorder: events.NewFakeRecorder(10),
 		Clock:  clocktesting.NewFakeClock(testStart),
-		Groups: []Group{{Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []Gate{&flipGate{}}}}}
-	if err := r.validate(); err != nil {
-		t.Fatal(err)
+		Groups: []Group{{Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{&flipGate{}}}}}
+	if errs := r.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	r.build()
 	metrics.GateReady.WithLabelValues("flip").Set(0) // as other tests may have left it

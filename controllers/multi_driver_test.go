@@ -79,8 +79,8 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		DeferCleanup(stopWriter)
 
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{
-			{Name: "disk", Taints: []controllers.TaintSpec{{Key: diskTaint.Key}}, CSI: csiGate(diskDriver.Path()), RequireCSINode: true},
-			{Name: "file", Taints: []controllers.TaintSpec{{Key: fileTaint.Key}}, CSI: csiGate(fileDriver.Path()), RequireCSINode: true},
+			{Name: "disk", Taints: []controllers.TaintSpec{{Key: diskTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(diskDriver.Path())).Gates},
+			{Name: "file", Taints: []controllers.TaintSpec{{Key: fileTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(fileDriver.Path())).Gates},
 		}})
 
 		By("the file driver, ready and registered: its taint goes, the disk driver's stays")

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -64,17 +65,16 @@ const (
 	ReasonWouldAddTaint       = "WouldAddTaint"
 )
 
-// NodeReconciler removes the configured startup taints from one Node once every readiness gate
-// passes, and keeps doing so for its whole life: a taint re-added later is removed again on the
-// watch event that shows it.
+// NodeReconciler removes its groups' startup taints from one Node once every readiness gate of
+// the group passes, and keeps doing so for its whole life: a taint re-added later is removed again
+// on the watch event that shows it.
 //
 // Everything it needs comes through its fields, so a driver can run it in its own manager:
 //
-//	err := (&controllers.NodeReconciler{NodeName: node, CSI: gate}).SetupWithManager(mgr)
+//	r := &controllers.NodeReconciler{NodeName: node, Groups: []controllers.Group{controllers.CSIDriverGroup(node, csiGate)}}
+//	err := r.SetupWithManager(mgr)
 //
-// That manager's cache should hold only this node's objects; see CacheOptions. The fields from
-// Taints to RequireResourceSlices, and ConditionType, describe one group of taints and gates;
-// Groups holds several instead.
+// That manager's cache should hold only this node's objects; see CacheOptions.
 type NodeReconciler struct {
 	// Client reads from the manager's cache and writes the patch. Set by SetupWithManager when nil.
 	Client client.Client
@@ -84,43 +84,11 @@ type NodeReconciler struct {
 
 	// NodeName is the Node this controller looks after: the one its pod runs on.
 	NodeName string
-	// Taints selects the startup taints to remove. When empty, the CSI driver's conventional
-	// taint, "<driver name>/agent-not-ready", is used once the driver has reported its name.
-	Taints []TaintSpec
-
-	// CSI, when set, is the CSI driver gate: its socket must answer Probe.
-	CSI *CSIGate
-	// RequireCSINode also waits until kubelet has registered the CSI driver in this node's
-	// CSINode object. It needs CSI.
-	RequireCSINode bool
-	// RequireAllocatable also waits until that CSINode entry has allocatable.count, so the
-	// scheduler knows the attach limit before pods arrive. It needs RequireCSINode.
-	RequireAllocatable bool
-	// Gates are further local readiness checks, such as an HTTP health endpoint.
-	Gates []Gate
-	// ReadyContainer, when set, is a gate that passes while the container of that name in the
-	// agent's own Pod is ready, as kubelet's readiness probe says. It needs Pod, and the manager's
-	// cache must hold that Pod (see CacheOptions).
-	ReadyContainer string
-	// RequireResources is a gate that passes while the Node's status.allocatable has at least the
-	// given amount of each resource, as a device plugin advertises it through kubelet.
-	RequireResources []ResourceRequirement
-	// RequireResourceSlices is a gate that passes while each of these Dynamic Resource Allocation
-	// drivers has published a ResourceSlice for this node with at least one device. The manager's
-	// cache must hold this node's slices (see CacheOptions).
-	RequireResourceSlices []string
-	// ConditionType, when set, publishes the gates' verdict as a Node condition of this type,
-	// written to the Node's status when it changes. See ValidateConditionType.
-	ConditionType string
-
-	// Groups, when set, are several independent groups of startup taints and their gates, each
-	// removed as soon as its own gates pass; it replaces the single group's fields above, which
-	// must then be empty. All groups share one cache of the Node, and each reconcile sends at most
+	// Groups are the independent groups of startup taints and their gates, each removed as soon as
+	// its own gates pass. All groups share one cache of the Node, and each reconcile sends at most
 	// one patch for all of them.
 	Groups []Group
 
-	// Pod is the agent's own Pod, for ReadyContainer.
-	Pod types.NamespacedName
 	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
@@ -157,8 +125,8 @@ func (r *NodeReconciler) CacheOptions() cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)},
 	}}
-	for _, w := range r.watchedKinds() {
-		obj, byObject := w.cacheEntry()
+	for _, c := range r.cachedKinds() {
+		obj, byObject := c.CacheEntry()
 		opts.ByObject[obj] = byObject
 	}
 	return opts
@@ -177,16 +145,17 @@ func (r *NodeReconciler) ManagerOptions() ctrl.Options {
 func (r *NodeReconciler) RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	for _, w := range r.watchedKinds() {
-		m.Add(w.restMapping())
+	for _, c := range r.cachedKinds() {
+		m.Add(c.RESTMapping())
 	}
 	return m, nil
 }
 
-// SetupWithManager validates the reconciler's fields and adds it, with its probers, to mgr.
+// SetupWithManager validates the reconciler's fields (Validate) and adds it, with its probers, to
+// mgr.
 func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := r.validate(); err != nil {
-		return err
+	if errs := r.Validate(); len(errs) > 0 {
+		return fmt.Errorf("NodeReconciler: %w", errs.ToAggregate())
 	}
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -246,8 +215,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
-	for _, w := range r.watchedKinds() {
-		obj, h, predicates := w.watch(toNode)
+	for _, c := range r.cachedKinds() {
+		obj, h, predicates := c.Watches(toNode)
 		b = b.Watches(obj, h, builder.WithPredicates(predicates...))
 	}
 	return b.Complete(r)
@@ -263,21 +232,9 @@ func (r *NodeReconciler) build() {
 		r.Clock = clock.RealClock{}
 	}
 	r.groups = nil
-	for _, cfg := range r.configuredGroups() {
+	for _, cfg := range r.Groups {
 		r.groups = append(r.groups, r.buildGroup(cfg, interval))
 	}
-}
-
-func (r *NodeReconciler) validate() error {
-	switch {
-	case r.NodeName == "":
-		return errors.New("NodeReconciler: NodeName is required")
-	case r.MaxWait < 0:
-		return errors.New("NodeReconciler: MaxWait is negative")
-	case r.RetaintAfter < 0:
-		return errors.New("NodeReconciler: RetaintAfter is negative")
-	}
-	return r.validateGroups()
 }
 
 // servedTaints returns every group's startup taints that are known: a CSI group's default taint
@@ -300,9 +257,9 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
 				r.anyGroup(func(g *group) bool {
-					return slices.ContainsFunc(g.cached, func(c cachedCheck) bool {
-						n, ok := c.gate.(nodeReader)
-						return ok && n.nodeChanged(oldNode, newNode)
+					return slices.ContainsFunc(g.checks, func(c check) bool {
+						n, ok := c.gate.(gates.NodeReader)
+						return ok && n.NodeChanged(oldNode, newNode)
 					})
 				})
 		},
@@ -385,7 +342,7 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 	// Never forced before the gates have been probed once: a restarted agent would otherwise
 	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
 	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
-	p.forced = notReady != nil && notReady.reason != reasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
+	p.forced = notReady != nil && notReady.reason != gates.ReasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
 	if notReady != nil && !p.forced {
 		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -52,7 +53,7 @@ var _ = Describe("NodeReconciler", func() {
 
 		startFor := func(readiness fakecsi.Readiness, mutate ...func(*controllers.NodeReconciler)) {
 			driver = startDriver(readiness)
-			r := &controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true}
+			r := &controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}}
 			for _, m := range mutate {
 				m(r)
 			}
@@ -117,7 +118,10 @@ var _ = Describe("NodeReconciler", func() {
 		It("waits for the allocatable count when asked to", func(ctx SpecContext) {
 			createNode(ctx, nodeName, startupTaint)
 			registerDriver(ctx, nodeName, nil)
-			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) { r.RequireAllocatable = true })
+			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) {
+				csi := r.Groups[0].Gates[0].(*gates.CSIGate)
+				r.Groups[0].Gates[1] = gates.NewCSINodeGate(nodeName, csi, true)
+			})
 			Eventually(driver.Probes).Should(BeNumerically(">", 2))
 			expectTaintStays(ctx)
 
@@ -161,7 +165,7 @@ var _ = Describe("NodeReconciler", func() {
 			createNode(ctx, nodeName, startupTaint)
 			registerDriver(ctx, nodeName, nil)
 			path := filepath.Join(GinkgoT().TempDir(), "csi.sock")
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(path), RequireCSINode: true})
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(path))}})
 			expectTaintStays(ctx)
 
 			d, err := fakecsi.Start(path, driverName, fakecsi.Ready)
@@ -215,7 +219,7 @@ var _ = Describe("NodeReconciler", func() {
 			createNode(ctx, nodeName, noSchedule, noExecute)
 			registerDriver(ctx, nodeName, nil)
 			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) {
-				r.Taints = []controllers.TaintSpec{{Key: noExecute.Key, Effect: corev1.TaintEffectNoExecute}}
+				r.Groups[0].Taints = []controllers.TaintSpec{{Key: noExecute.Key, Effect: corev1.TaintEffectNoExecute}}
 			})
 			Eventually(func(g Gomega) {
 				g.Expect(nodeTaints(g, ctx, nodeName)).To(ConsistOf(noSchedule))
@@ -304,8 +308,10 @@ var _ = Describe("NodeReconciler", func() {
 				Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
 			}
 			setReady(false)
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
-				ReadyContainer: "driver", Pod: client.ObjectKeyFromObject(pod)})
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
+				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+				Gates:  []gates.Gate{gates.NewContainerGate(client.ObjectKeyFromObject(pod), "driver")},
+			}}})
 			expectTaintStays(ctx)
 
 			setReady(true)
@@ -329,8 +335,10 @@ var _ = Describe("NodeReconciler", func() {
 			createNode(ctx, nodeName, cniTaint, other)
 			startManager(&controllers.NodeReconciler{
 				NodeName: nodeName,
-				Taints:   []controllers.TaintSpec{{Key: cniTaint.Key}},
-				Gates:    []controllers.Gate{controllers.NewHTTPGate(srv.URL+"/healthz", time.Second)},
+				Groups: []controllers.Group{{
+					Taints: []controllers.TaintSpec{{Key: cniTaint.Key}},
+					Gates:  []gates.Gate{gates.NewHTTPGate(srv.URL+"/healthz", time.Second)},
+				}},
 			})
 			Consistently(func(g Gomega) {
 				g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(cniTaint.Key))

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
@@ -32,22 +33,21 @@ var (
 
 // newTestReconciler returns a reconciler whose local gates have been probed once, backed by c,
 // with gates (one that passes when none is given).
-func newTestReconciler(t *testing.T, c client.Client, gates ...Gate) *NodeReconciler {
+func newTestReconciler(t *testing.T, c client.Client, checks ...gates.Gate) *NodeReconciler {
 	t.Helper()
-	if len(gates) == 0 {
-		gates = []Gate{expectations.AlwaysReady{}}
+	if len(checks) == 0 {
+		checks = []gates.Gate{expectations.AlwaysReady{}}
 	}
 	r := &NodeReconciler{
 		Client:    c,
 		APIReader: c,
 		NodeName:  "n1",
-		Taints:    []TaintSpec{{Key: startup.Key}},
-		Gates:     gates,
+		Groups:    []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: checks}},
 		Recorder:  events.NewFakeRecorder(100),
 		Clock:     clocktesting.NewFakeClock(testStart),
 	}
-	if err := r.validate(); err != nil {
-		t.Fatal(err)
+	if errs := r.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	r.build()
 	probe(r)
@@ -157,11 +157,15 @@ func nodeWith(taints ...corev1.Taint) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: taints}}
 }
 
-// flipGate is a local gate whose result the test sets.
+// flipGate is a probed gate whose result the test sets.
 type flipGate struct{ err error }
 
-func (g *flipGate) Name() string                { return "flip" }
-func (g *flipGate) Probe(context.Context) error { return g.err }
+func (g *flipGate) Name() string                             { return "flip" }
+func (g *flipGate) Timeout() time.Duration                   { return 0 }
+func (g *flipGate) Check(context.Context, gates.Input) error { return g.err }
+
+// errNotReady is a driver's answer that it is not ready yet.
+var errNotReady = gates.NotReady(gates.ReasonNotReady, errors.New("driver reports not ready"))
 
 func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()

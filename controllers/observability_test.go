@@ -57,10 +57,9 @@ var _ = Describe("Observability", func() {
 		key := taint.Key
 		createNode(ctx, nodeName, taint)
 		driver := startDriver(fakecsi.NotReady)
-		startManager(&controllers.NodeReconciler{
-			NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true,
-			Taints: []controllers.TaintSpec{{Key: key}},
-		})
+		group := controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))
+		group.Taints = []controllers.TaintSpec{{Key: key}}
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{group}})
 
 		By("holding the taint while the driver is not ready")
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(1.0))
@@ -121,7 +120,7 @@ var _ = Describe("Observability", func() {
 		createNode(ctx, nodeName, startupTaint)
 		registerDriver(ctx, nodeName, nil)
 		driver := startDriver(fakecsi.NotReady)
-		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
 		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.ReasonWaitingForDriver) }
 		Eventually(waits).Should(Equal(1))
 		present := metrics.Present.WithLabelValues(startupTaint.Key)
@@ -142,7 +141,7 @@ var _ = Describe("Observability", func() {
 	It("records a bounded number of events while a driver flaps 15 times", func(ctx SpecContext) {
 		createNode(ctx, nodeName, startupTaint)
 		driver := startDriver(fakecsi.NotReady)
-		startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
+		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
 		// Not registered in CSINode, so the taint is held through every flap: each flap changes
 		// which gate holds it, and why.
 		for range 15 {

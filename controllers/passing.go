@@ -2,15 +2,15 @@ package controllers
 
 import "time"
 
-// passingSince remembers, by gate, when each gate the reconciler checks itself (the ones that
-// read cached API objects) was first seen passing. The reaction time and the hold time count from
-// when every gate passes, so each gate's start must be known, whatever its kind; the prober keeps
-// the same for the gates it probes on its own schedule.
-type passingSince map[string]time.Time
+// passingSince remembers, by the gate's index in its list, when each gate was first seen passing. The reaction time and
+// the hold time count from when every gate passes, so each gate's start must be known, whatever
+// its kind: a group keeps one for the gates its reconcile checks, and its prober one for the gates
+// it probes on its own schedule.
+type passingSince map[int]time.Time
 
 // observe records gate's verdict at now and returns since when the gate has passed: now, if it has
 // just started, or zero while it does not pass.
-func (p passingSince) observe(gate string, notReady *gateError, now time.Time) time.Time {
+func (p passingSince) observe(gate int, notReady *gateError, now time.Time) time.Time {
 	if notReady != nil {
 		delete(p, gate)
 		return time.Time{}
@@ -19,4 +19,13 @@ func (p passingSince) observe(gate string, notReady *gateError, now time.Time) t
 		p[gate] = now
 	}
 	return p[gate]
+}
+
+// allSince returns when the last of the gates that pass started passing.
+func (p passingSince) allSince() time.Time {
+	var since time.Time
+	for _, t := range p {
+		since = maxTime(since, t)
+	}
+	return since
 }

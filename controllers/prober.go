@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,13 +13,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// prober probes the local gates every interval and, whenever a gate passes or stops passing or
-// its reason class changes, sends an event that makes the controller reconcile the node at once.
+// prober checks a group's probed gates (gates.Probed) every interval and, whenever a gate passes
+// or stops passing or its reason class changes, sends an event that makes the controller reconcile
+// the node at once.
 type prober struct {
-	gates    []Gate
+	gates    []gates.Probed
 	interval time.Duration
 	node     string
 	group    string // the gates' group's name, for logs and metric labels
@@ -26,13 +30,13 @@ type prober struct {
 	kick     chan struct{}
 	logs     []gateLog // parallel to gates; only the probing goroutine touches them
 
-	mu         sync.RWMutex
-	status     []*gateError // nil where the gate passes; parallel to gates
-	probed     bool
-	readySince time.Time // when every local gate last started passing; zero while one does not
+	mu      sync.RWMutex
+	status  []*gateError // nil where the gate passes; parallel to gates
+	probed  bool
+	passing passingSince
 }
 
-func newProber(gates []Gate, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
+func newProber(gates []gates.Probed, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
 	return &prober{
 		gates:    gates,
 		interval: interval,
@@ -40,23 +44,17 @@ func newProber(gates []Gate, interval time.Duration, node, group string, clk clo
 		group:    group,
 		clock:    clk,
 		// One pending event is enough: the reconcile it causes reads the latest status.
-		events: make(chan event.GenericEvent, 1),
-		kick:   make(chan struct{}, 1),
-		logs:   make([]gateLog, len(gates)),
+		events:  make(chan event.GenericEvent, 1),
+		kick:    make(chan struct{}, 1),
+		logs:    make([]gateLog, len(gates)),
+		passing: passingSince{},
 	}
-}
-
-// watchingGate is a Gate that can also tell when to probe it again, sooner than the interval.
-type watchingGate interface {
-	Gate
-	// Watch calls changed whenever the gate's result may have changed, until ctx ends.
-	Watch(ctx context.Context, changed func()) error
 }
 
 // Start implements manager.Runnable.
 func (p *prober) Start(ctx context.Context) error {
 	for _, g := range p.gates {
-		if w, ok := g.(watchingGate); ok {
+		if w, ok := g.(gates.Watcher); ok {
 			go func() {
 				if err := w.Watch(ctx, p.probeNow); err != nil {
 					// Not fatal: the interval still probes the gate.
@@ -98,32 +96,24 @@ func (p *prober) probeOnce(ctx context.Context) {
 	next := make([]*gateError, len(p.gates))
 	for i, g := range p.gates {
 		start := p.clock.Now()
-		err := g.Probe(ctx)
+		err := p.check(ctx, g)
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing about the agent
 		}
 		label := gateLabel(p.group, g.Name())
 		metrics.ProbeDuration.WithLabelValues(label).Observe(p.clock.Since(start).Seconds())
-		if err != nil {
-			next[i] = &gateError{gate: g.Name(), reason: reasonClass(err), err: err}
+		next[i] = answer(g, err)
+		if next[i] != nil {
 			metrics.ProbeErrors.WithLabelValues(label, next[i].reason).Inc()
-			metrics.GateReady.WithLabelValues(label).Set(0)
-		} else {
-			metrics.GateReady.WithLabelValues(label).Set(1)
 		}
+		metrics.GateReady.WithLabelValues(label).Set(boolToFloat(next[i] == nil))
 	}
 
 	p.mu.Lock()
 	p.status, p.probed = next, true
-	allReady := true
-	for _, s := range next {
-		allReady = allReady && s == nil
-	}
-	switch {
-	case !allReady:
-		p.readySince = time.Time{}
-	case p.readySince.IsZero():
-		p.readySince = p.clock.Now()
+	now := p.clock.Now()
+	for i, s := range next {
+		p.passing.observe(i, s, now)
 	}
 	p.mu.Unlock()
 
@@ -140,18 +130,34 @@ func (p *prober) probeOnce(ctx context.Context) {
 	}
 }
 
-// notReady returns the first local gate that does not pass, or nil and the time since when all
+// check runs one check of g, within the gate's timeout; a check the timeout cancels counts as
+// gates.ReasonTimeout whatever the gate made of it.
+func (p *prober) check(ctx context.Context, g gates.Probed) error {
+	timeout := g.Timeout()
+	if timeout <= 0 {
+		return g.Check(ctx, gates.Input{})
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := g.Check(checkCtx, gates.Input{})
+	if err != nil && ctx.Err() == nil && errors.Is(checkCtx.Err(), context.DeadlineExceeded) {
+		return gates.NotReady(gates.ReasonTimeout, fmt.Errorf("no answer within %s: %w", timeout, err))
+	}
+	return err
+}
+
+// notReady returns the first probed gate that does not pass, or nil and the time since when all
 // have passed. Before the first probe has finished nothing is known, which counts as not ready.
 func (p *prober) notReady() (*gateError, time.Time) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if !p.probed {
-		return &gateError{gate: "local", reason: reasonNotProbed, err: errNotProbed}, time.Time{}
+		return &gateError{gate: "local", reason: gates.ReasonNotProbed, err: errNotProbed}, time.Time{}
 	}
 	for _, s := range p.status {
 		if s != nil {
 			return s, time.Time{}
 		}
 	}
-	return nil, p.readySince
+	return nil, p.passing.allSince()
 }

@@ -4,37 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/startup-taint-remover/startup-taint-remover/internal/csi"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// Reason classes: a small fixed set that labels probe errors in metrics and tells a changed
-// reason for waiting from a repeated one, whatever details the underlying error carries.
-const (
-	reasonNotProbed     = "not_probed"
-	reasonNotReady      = "not_ready"
-	reasonTimeout       = "timeout"
-	reasonUnavailable   = "unavailable"
-	reasonUnimplemented = "unimplemented"
-	reasonHTTPStatus    = "http_status"
-	reasonNotRegistered = "not_registered"
-	reasonNoAllocatable = "no_allocatable"
-	reasonNoFile        = "no_file"
-	reasonError         = "error"
-)
+// errNotProbed stands for the probed gates before their first probe has finished.
+var errNotProbed = errors.New("not probed yet")
 
 // gateError says which gate does not pass, in which reason class, and why.
 type gateError struct {
 	gate   string
-	reason string
+	reason string // a gates.Reason* class
 	err    error
+	// title is the Node condition's reason while this gate holds the taint (gates.ConditionReason).
+	title string
 	// group is the name of the gate's group, when it has one.
 	group string
+}
+
+// answer returns gate's answer err as a gateError, or nil when the gate passes.
+func answer(gate gates.Gate, err error) *gateError {
+	if err == nil {
+		return nil
+	}
+	return &gateError{gate: gate.Name(), reason: gates.Reason(err), err: err, title: gates.ConditionReason(gate)}
 }
 
 func (e *gateError) Error() string {
@@ -97,46 +94,4 @@ func (l *gateLog) report(ctx context.Context, group, gate string, gerr *gateErro
 	l.update(log.FromContext(ctx), gate, gerr)
 	metrics.GateReady.WithLabelValues(gateLabel(group, gate)).Set(boolToFloat(gerr == nil))
 	return gerr
-}
-
-// httpStatusError is a health endpoint's non-2xx answer.
-type httpStatusError struct {
-	url    string
-	status string
-}
-
-func (e *httpStatusError) Error() string { return fmt.Sprintf("GET %s: %s", e.url, e.status) }
-
-// reasonClass sorts a probe error into one of the reason classes.
-func reasonClass(err error) string {
-	var statusErr *httpStatusError
-	var netErr net.Error
-	switch {
-	case errors.Is(err, errNotReady):
-		return reasonNotReady
-	case errors.Is(err, errNoFile):
-		return reasonNoFile
-	case errors.Is(err, context.DeadlineExceeded):
-		return reasonTimeout
-	case errors.As(err, &statusErr):
-		return reasonHTTPStatus
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return reasonTimeout
-	}
-	var rpcErr *csi.RPCError
-	if errors.As(err, &rpcErr) {
-		switch rpcErr.Code {
-		case csi.DeadlineExceeded, csi.Canceled:
-			return reasonTimeout
-		case csi.Unavailable:
-			return reasonUnavailable
-		case csi.Unimplemented:
-			return reasonUnimplemented
-		}
-		return reasonError
-	}
-	if errors.As(err, &netErr) {
-		return reasonUnavailable
-	}
-	return reasonError
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
@@ -80,7 +81,8 @@ var _ = Describe("Reliability", func() {
 		limited.Impersonate = rest.ImpersonationConfig{UserName: "limited-agent", Groups: []string{"system:authenticated"}}
 		logs := &logLines{}
 		startManagerAs(limited, funcr.New(logs.add, funcr.Options{}), &controllers.NodeReconciler{
-			NodeName: nodeName, Taints: []controllers.TaintSpec{{Key: key}}, Gates: []controllers.Gate{expectations.AlwaysReady{}},
+			NodeName: nodeName,
+			Groups:   []controllers.Group{{Taints: []controllers.TaintSpec{{Key: key}}, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
 		})
 
 		Eventually(func() float64 {
@@ -111,7 +113,7 @@ var _ = Describe("Reliability", func() {
 		// Two agents on the same node, as when a sidecar and a DaemonSet both run.
 		for range 2 {
 			driver := startDriver(fakecsi.Ready)
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, CSI: csiGate(driver.Path()), RequireCSINode: true})
+			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
 		}
 		Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(startupTaint.Key)) }).Should(Succeed())
 

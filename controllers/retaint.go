@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 // Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
@@ -34,7 +36,7 @@ func (r *NodeReconciler) holdFor(obs observation, v verdict) time.Duration {
 // passes again.
 func (r *NodeReconciler) planRetaint(ctx context.Context, node *corev1.Node, p *plan) {
 	v := p.v
-	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == reasonNotProbed {
+	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == gates.ReasonNotProbed {
 		return
 	}
 	if wait := r.RetaintAfter - v.failingFor; wait > 0 {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -41,7 +42,7 @@ func (e *episodeTest) node() *corev1.Node {
 
 func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlapping(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-r1", startup, foreign))
-	e.set(func(r *NodeReconciler) { r.Taints, r.RetaintAfter = retaintSpecs, 30*time.Second })
+	e.set(func(r *NodeReconciler) { r.Groups[0].Taints, r.RetaintAfter = retaintSpecs, 30*time.Second })
 	added := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded))
 	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
 	e.ready(true)
@@ -109,8 +110,8 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 func TestRetaintNeverStartsBeforeTheFirstProbe(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-r2", foreign)).Build()
 	clock := clocktesting.NewFakeClock(testStart)
-	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: retaintSpecs, RetaintAfter: time.Second,
-		Gates: []Gate{&flipGate{err: errNotReady}}, Recorder: events.NewFakeRecorder(10), Clock: clock}
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", RetaintAfter: time.Second,
+		Groups: []Group{{Taints: retaintSpecs, Gates: []gates.Gate{&flipGate{err: errNotReady}}}}, Recorder: events.NewFakeRecorder(10), Clock: clock}
 	r.build() // not probed yet, as right after a restart
 	for range 3 {
 		if err := reconcileNode(t, r); err != nil {
@@ -134,7 +135,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	node.Annotations = map[string]string{RemovedAnnotation: "example.com/agent-not-ready:NoExecute"}
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) {
-		r.Taints, r.RetaintAfter, r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
+		r.Groups[0].Taints, r.RetaintAfter, r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
 	})
 	e.clock.Step(time.Hour)
 	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
@@ -164,7 +165,9 @@ func TestDryRunReportsTheRetaintOncePerOutageAndNeverPatches(t *testing.T) {
 			return errors.New("a dry run must not patch")
 		},
 	})
-	e.set(func(r *NodeReconciler) { r.Taints, r.RetaintAfter, r.DryRun = retaintSpecs, 30*time.Second, true })
+	e.set(func(r *NodeReconciler) {
+		r.Groups[0].Taints, r.RetaintAfter, r.DryRun = retaintSpecs, 30*time.Second, true
+	})
 	would := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun))
 	for range 2 {
 		e.ready(false)

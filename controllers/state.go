@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -125,7 +126,7 @@ func (s *nodeState) firstWouldRemove() bool {
 // firstWait reports whether gerr is the first time its gate and reason class hold the taint in
 // this episode, so a flapping driver cannot cause an event storm.
 func (s *nodeState) firstWait(gerr *gateError) bool {
-	if gerr.reason == reasonNotProbed || s.waitEvents[gerr.key()] {
+	if gerr.reason == gates.ReasonNotProbed || s.waitEvents[gerr.key()] {
 		return false
 	}
 	s.waitEvents[gerr.key()] = true
@@ -152,7 +153,7 @@ func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdic
 			s.passingSince = now
 		}
 		return verdict{passingFor: now.Sub(maxTime(readySince, s.passingSince))}
-	case notReady.reason == reasonNotProbed:
+	case notReady.reason == gates.ReasonNotProbed:
 		return verdict{notReady: notReady}
 	default:
 		s.passingSince = time.Time{}

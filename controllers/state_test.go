@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -71,8 +72,8 @@ func (e *episodeTest) ready(ready bool) {
 // set changes the reconciler's fields before its first reconcile, and builds and probes it again.
 func (e *episodeTest) set(change func(*NodeReconciler)) {
 	change(e.r)
-	if err := e.r.validate(); err != nil {
-		e.t.Fatal(err)
+	if errs := e.r.Validate(); len(errs) > 0 {
+		e.t.Fatal(errs)
 	}
 	e.r.build()
 	probe(e.r)
@@ -299,15 +300,15 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, e.r.Taints)) != 0 {
+	if len(MatchingTaints(node.Spec.Taints, e.r.Groups[0].Taints)) != 0 {
 		t.Fatal("the taint is still there after the deadline")
 	}
 }
 
 func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-7", startup)).Build()
-	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Taints: []TaintSpec{{Key: startup.Key}},
-		Gates: []Gate{&flipGate{}}, Recorder: events.NewFakeRecorder(10), MaxWait: time.Minute,
+	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1",
+		Groups: []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}}}, Recorder: events.NewFakeRecorder(10), MaxWait: time.Minute,
 		Clock: clocktesting.NewFakeClock(testStart.Add(time.Hour))}
 	r.build() // not probed yet, as right after a restart
 	if err := reconcileNode(t, r); err != nil {
@@ -317,7 +318,7 @@ func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, r.Taints)) == 0 {
+	if len(MatchingTaints(node.Spec.Taints, r.Groups[0].Taints)) == 0 {
 		t.Fatal("the taint was forced off before the gates were probed once")
 	}
 }

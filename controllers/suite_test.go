@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -115,8 +116,8 @@ func startDriver(r fakecsi.Readiness) *fakecsi.Driver {
 }
 
 // csiGate returns a gate for the socket at path, probed with a short timeout.
-func csiGate(path string) *controllers.CSIGate {
-	g, err := controllers.NewCSIGate(path, 500*time.Millisecond)
+func csiGate(path string) *gates.CSIGate {
+	g, err := gates.NewCSIGate(path, 500*time.Millisecond)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	DeferCleanup(g.Close)
 	return g

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -154,12 +155,12 @@ func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleet
 		cfg := rest.CopyConfig(e.cfg)
 		cfg.QPS, cfg.Burst = 0, 0
 		cfg.WrapTransport = cnt.wrap
-		gate, err := controllers.NewCSIGate(socket, 3*time.Second)
+		gate, err := gates.NewCSIGate(socket, 3*time.Second)
 		if err != nil {
 			return res, err
 		}
 		defer func() { _ = gate.Close() }()
-		r := &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true}
+		r := &controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{controllers.CSIDriverGroup(name, gate)}}
 		// The binary's own manager options, as an agent inside this process.
 		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -93,13 +94,13 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	case gateFile:
 		return newFileLane(ctx, e, name, interval)
 	case gateAllocatable:
-		taints := []controllers.TaintSpec{{Key: startupTaint.Key}}
-		required := []controllers.ResourceRequirement{{Name: benchResource, Min: resource.MustParse("1")}}
+		group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+			Gates: []gates.Gate{gates.NewResourceGate(gates.ResourceRequirement{Name: benchResource, Min: resource.MustParse("1")})}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
-			&controllers.NodeReconciler{NodeName: name, Taints: taints, RequireResources: required, ProbeInterval: interval}, func() {})
+			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 	case gateCondition:
 		group := controllers.Group{Name: "net", Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
-			RequireConditions: []controllers.ConditionRequirement{{Type: benchCondition, Status: corev1.ConditionTrue}}}
+			Gates: []gates.Gate{gates.NewNodeConditionGate(gates.ConditionRequirement{Type: benchCondition, Status: corev1.ConditionTrue})}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 	}
@@ -111,13 +112,13 @@ func newFileLane(ctx context.Context, e *env, name string, interval time.Duratio
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	gate, err := controllers.NewFileGate(filepath.Join(dir, "*.conflist"))
+	gate, err := gates.NewFileGate(filepath.Join(dir, "*.conflist"))
 	if err != nil {
 		return nil, err
 	}
 	l := &lane{e: e, name: name, interval: interval, file: filepath.Join(dir, "05-cilium.conflist")}
-	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
-		Gates: []controllers.Gate{gate}, ProbeInterval: interval}, func() {})
+	group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gate}}
+	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 }
 
 func newCSILane(ctx context.Context, e *env, name string, interval time.Duration, registered bool) (*lane, error) {
@@ -130,12 +131,13 @@ func newCSILane(ctx context.Context, e *env, name string, interval time.Duration
 	if err != nil {
 		return nil, err
 	}
-	gate, err := controllers.NewCSIGate(driver.Path(), 3*time.Second)
+	gate, err := gates.NewCSIGate(driver.Path(), 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	l := &lane{e: e, name: name, driver: driver, interval: interval}
-	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, CSI: gate, RequireCSINode: true, ProbeInterval: interval}, func() {
+	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name,
+		Groups: []controllers.Group{controllers.CSIDriverGroup(name, gate)}, ProbeInterval: interval}, func() {
 		_ = gate.Close()
 		driver.Stop()
 	})

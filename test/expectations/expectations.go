@@ -1,6 +1,6 @@
 // Package expectations holds the helpers the project's tests, demo and benchmark share: one of
 // each, instead of a copy per package. It does not import the controllers package, so that
-// package's own unit tests can use it too.
+// package's own unit tests can use it too; it implements the gates package's interfaces.
 package expectations
 
 import (
@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 // PatientRetry outlasts the conflicts of racing writers in tests, for minutes if it must: on a
@@ -55,8 +57,11 @@ type AlwaysReady struct{}
 // Name names the gate.
 func (AlwaysReady) Name() string { return "test" }
 
-// Probe always passes.
-func (AlwaysReady) Probe(context.Context) error { return nil }
+// Check always passes.
+func (AlwaysReady) Check(context.Context, gates.Input) error { return nil }
+
+// Timeout makes it a probed gate (gates.Probed).
+func (AlwaysReady) Timeout() time.Duration { return 0 }
 
 // Switch is a readiness gate whose result the test sets; it starts passing.
 type Switch struct{ off atomic.Bool }
@@ -64,8 +69,11 @@ type Switch struct{ off atomic.Bool }
 // Name names the gate.
 func (*Switch) Name() string { return "switch" }
 
-// Probe passes unless the switch is off.
-func (s *Switch) Probe(context.Context) error {
+// Timeout makes it a probed gate (gates.Probed).
+func (*Switch) Timeout() time.Duration { return 0 }
+
+// Check passes unless the switch is off.
+func (s *Switch) Check(context.Context, gates.Input) error {
 	if s.off.Load() {
 		return errors.New("switched off")
 	}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
@@ -270,7 +271,8 @@ func isNamespaced(obj *unstructured.Unstructured) bool {
 func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck,
 	configure ...func(*controllers.NodeReconciler)) <-chan error {
 	GinkgoHelper()
-	r := &controllers.NodeReconciler{NodeName: node, Taints: taints, Gates: []controllers.Gate{expectations.AlwaysReady{}},
+	r := &controllers.NodeReconciler{NodeName: node,
+		Groups:        []controllers.Group{{Taints: taints, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
 		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}
 	for _, f := range configure {
 		f(r)
@@ -794,7 +796,7 @@ var _ = Describe("the rendered installs", func() {
 					forbidden := testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
 					refusedConditions := testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden))
 					startAgent(a.config(name), name, a.taints, nil, func(r *controllers.NodeReconciler) {
-						r.Gates, r.RetaintAfter, r.ConditionType = []controllers.Gate{gate}, time.Second, conditionType
+						r.Groups[0].Gates, r.Groups[0].ConditionType, r.RetaintAfter = []gates.Gate{gate}, conditionType, time.Second
 					})
 					nodeNow := func(g Gomega) *corev1.Node {
 						node := &corev1.Node{}

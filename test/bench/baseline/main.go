@@ -15,6 +15,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 func main() {
@@ -43,12 +44,12 @@ func run(node, csiAddress, metricsAddr string) error {
 	if err != nil {
 		return err
 	}
-	gate, err := controllers.NewCSIGate(csiAddress, 3*time.Second)
+	gate, err := gates.NewCSIGate(csiAddress, 3*time.Second)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = gate.Close() }()
-	r := &controllers.NodeReconciler{NodeName: node, CSI: gate, RequireCSINode: true}
+	r := &controllers.NodeReconciler{NodeName: node, Groups: []controllers.Group{controllers.CSIDriverGroup(node, gate)}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

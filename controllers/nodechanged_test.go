@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,29 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
-
-func TestParseConditionRequirement(t *testing.T) {
-	for _, tt := range []struct{ in, want, err string }{
-		{"NetworkUnavailable=False", "NetworkUnavailable=False", ""},
-		{"example.com/GPUHealthy", "example.com/GPUHealthy=True", ""},
-		{"example.com/GPUHealthy=Unknown", "example.com/GPUHealthy=Unknown", ""},
-		{"", "", "not a condition type"},
-		{"network unavailable", "", "not a condition type"},
-		{"a/b/c=True", "", "not a condition type"},
-		{"NetworkUnavailable=false", "", "True, False or Unknown"},
-		{"NetworkUnavailable=", "", "True, False or Unknown"},
-	} {
-		c, err := ParseConditionRequirement(tt.in)
-		switch {
-		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
-			t.Errorf("ParseConditionRequirement(%q) = %v, %v; want an error with %q", tt.in, c, err, tt.err)
-		case tt.err == "" && (err != nil || c.String() != tt.want):
-			t.Errorf("ParseConditionRequirement(%q) = %v, %v; want %s", tt.in, c, err, tt.want)
-		}
-	}
-}
 
 // nodeWithConditions is the unit tests' Node with these conditions, set at a given heartbeat.
 func nodeWithConditions(heartbeat time.Time, conditions ...corev1.NodeCondition) *corev1.Node {
@@ -50,36 +29,14 @@ var (
 	networkUnavailable = corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue}
 	kubeletReady       = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}
 	kubeletNotReady    = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse}
-	networkRequirement = ConditionRequirement{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}
+	networkRequirement = gates.ConditionRequirement{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}
 )
-
-func TestTheNodeConditionGateReadsTheNode(t *testing.T) {
-	g := &nodeConditionGate{required: []ConditionRequirement{networkRequirement}}
-	for _, tt := range []struct {
-		name       string
-		conditions []corev1.NodeCondition
-		reason     string
-	}{
-		{"not published yet", []corev1.NodeCondition{kubeletReady}, reasonNoCondition},
-		{"the other status", []corev1.NodeCondition{kubeletReady, networkUnavailable}, reasonConditionStatus},
-		{"as required", []corev1.NodeCondition{kubeletNotReady, networkAvailable}, ""},
-	} {
-		gerr := g.check(context.Background(), nil, nodeWithConditions(testStart, tt.conditions...))
-		got := ""
-		if gerr != nil {
-			got = gerr.reason
-		}
-		if got != tt.reason {
-			t.Errorf("%s: reason %q, want %q (%v)", tt.name, got, tt.reason, gerr)
-		}
-	}
-}
 
 // Kubelet rewrites every condition's heartbeat every few seconds on every Node: only a change of a
 // required condition may cost a reconcile.
 func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
 	r := &NodeReconciler{NodeName: "n1", Groups: []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}},
-		RequireConditions: []ConditionRequirement{networkRequirement}}}}
+		Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}}
 	r.build()
 	changed := r.nodeChanged()
 	later := testStart.Add(10 * time.Second)
@@ -105,8 +62,7 @@ func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
 func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-nc", startup))
 	e.set(func(r *NodeReconciler) {
-		r.Gates, r.Taints = nil, nil
-		r.Groups = []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}}, RequireConditions: []ConditionRequirement{networkRequirement}}}
+		r.Groups = []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}
 	})
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal WaitingForDriver Holding startup taints: node-condition gate of group net: "+

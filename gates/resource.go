@@ -1,4 +1,4 @@
-package controllers
+package gates
 
 import (
 	"context"
@@ -8,14 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// gateResource names the allocatable resource gate in logs, events and metrics.
-const gateResource = "resource"
+// ResourceName names the allocatable resource gate in logs, events and metrics.
+const ResourceName = "resource"
 
-// reasonNoResource is the reason class of a Node that does not advertise enough of a resource.
-const reasonNoResource = "no_resource"
+// ReasonNoResource is the reason class of a Node that does not advertise enough of a resource.
+const ReasonNoResource = "no_resource"
 
 // ResourceRequirement asks for at least Min of the resource Name in the Node's
 // status.allocatable: what a device plugin (GPUs, FPGAs, SR-IOV NICs) advertises through kubelet
@@ -49,28 +48,35 @@ func ParseResourceRequirement(s string) (ResourceRequirement, error) {
 	return q, nil
 }
 
-// resourceGate passes while the Node advertises at least the required amount of each resource.
+// ResourceGate passes while the Node advertises at least the required amount of each resource.
 // It reads the Node the reconcile already holds, so it costs no request, and an update of the
-// Node that changes one of those amounts triggers the reconcile (see nodeChanged).
-type resourceGate struct {
+// Node that changes one of those amounts causes the reconcile (NodeChanged).
+type ResourceGate struct {
 	required []ResourceRequirement
 }
 
-func (g *resourceGate) name() string { return gateResource }
+// NewResourceGate returns a gate for the required amounts.
+func NewResourceGate(required ...ResourceRequirement) *ResourceGate {
+	return &ResourceGate{required: required}
+}
 
-func (g *resourceGate) check(_ context.Context, _ client.Reader, node *corev1.Node) *gateError {
+// Name implements Gate.
+func (g *ResourceGate) Name() string { return ResourceName }
+
+// Check implements Gate.
+func (g *ResourceGate) Check(_ context.Context, in Input) error {
 	for _, q := range g.required {
-		have := node.Status.Allocatable[q.Name]
+		have := in.Node.Status.Allocatable[q.Name]
 		if have.Cmp(q.Min) < 0 {
-			return &gateError{gate: gateResource, reason: reasonNoResource,
-				err: fmt.Errorf("node %s advertises %s of %s, want at least %s", node.Name, have.String(), q.Name, q.Min.String())}
+			return NotReady(ReasonNoResource,
+				fmt.Errorf("node %s advertises %s of %s, want at least %s", in.Node.Name, have.String(), q.Name, q.Min.String()))
 		}
 	}
 	return nil
 }
 
-// nodeChanged reports whether the amount of any required resource differs between the two Nodes.
-func (g *resourceGate) nodeChanged(oldNode, newNode *corev1.Node) bool {
+// NodeChanged implements NodeReader: whether the amount of any required resource differs.
+func (g *ResourceGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
 	for _, q := range g.required {
 		before, after := oldNode.Status.Allocatable[q.Name], newNode.Status.Allocatable[q.Name]
 		if before.Cmp(after) != 0 {

@@ -1,36 +1,24 @@
-package controllers
+package gates
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/csi"
 )
 
-// Gate is a local readiness check of the node agent, probed periodically. Probe returns nil when
-// the agent is ready and otherwise an error saying why not; it must return within its own timeout.
-type Gate interface {
-	// Name is the gate's short name, used in logs, events and metric labels ("csi", "http").
-	Name() string
-	Probe(ctx context.Context) error
-}
+// CSIName names the CSI driver gate in logs, events and metrics.
+const CSIName = "csi"
 
-// The names of the CSI and HTTP gates.
-const (
-	gateCSI  = "csi"
-	gateHTTP = "http"
-)
+// ReasonUnimplemented is the reason class of a CSI driver that does not serve the Identity call.
+const ReasonUnimplemented = "unimplemented"
 
 // errNotReady marks a driver that answered but reported itself not ready yet.
 var errNotReady = errors.New("driver reports not ready")
-
-// errNotProbed stands for the local gates before their first probe has finished.
-var errNotProbed = errors.New("not probed yet")
 
 // CSIGate probes a CSI driver over its Unix socket with Identity/Probe and learns the driver's
 // name from GetPluginInfo. It keeps one HTTP/2 connection to the socket and dials the path again
@@ -46,9 +34,9 @@ type CSIGate struct {
 	answered   bool
 }
 
-// NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. Each probe
+// NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. Each check
 // gives up after timeout, so a hung driver reads as not ready instead of blocking the prober. No
-// connection is made until the first probe: a socket that does not exist yet is not an error.
+// connection is made until the first check: a socket that does not exist yet is not an error.
 func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 	if path == "" {
 		return nil, errors.New("CSI client: empty socket path")
@@ -57,21 +45,53 @@ func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 }
 
 // Name implements Gate.
-func (g *CSIGate) Name() string { return gateCSI }
+func (g *CSIGate) Name() string { return CSIName }
 
-// Probe implements Gate. The driver is ready when Probe succeeds and its ready field is true or
+// Title implements Titled.
+func (g *CSIGate) Title() string { return "CSI" }
+
+// Timeout implements Probed.
+func (g *CSIGate) Timeout() time.Duration { return g.timeout }
+
+// Check implements Gate. The driver is ready when Probe succeeds and its ready field is true or
 // unset (the CSI spec reads unset as ready). Its name is asked before that, as soon as it answers
 // at all, so the taint it names is known, and reported, while the driver is still not ready.
-func (g *CSIGate) Probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+func (g *CSIGate) Check(ctx context.Context, _ Input) error {
 	err := g.probe(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// A driver that answered, ready or not, keeps its name; one that did not is asked again when
 	// it answers, as a restarted socket may be served by a different driver build.
 	g.answered = err == nil || errors.Is(err, errNotReady)
-	return err
+	if err != nil {
+		return NotReady(csiReason(err), err)
+	}
+	return nil
+}
+
+// csiReason sorts an error of the driver's Identity calls into a reason class.
+func csiReason(err error) string {
+	var rpcErr *csi.RPCError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, errNotReady):
+		return ReasonNotReady
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return ReasonTimeout
+	case errors.As(err, &rpcErr):
+		switch rpcErr.Code {
+		case csi.DeadlineExceeded, csi.Canceled:
+			return ReasonTimeout
+		case csi.Unavailable:
+			return ReasonUnavailable
+		case csi.Unimplemented:
+			return ReasonUnimplemented
+		}
+		return ReasonError
+	case errors.As(err, &netErr):
+		return ReasonUnavailable
+	}
+	return ReasonError
 }
 
 func (g *CSIGate) probe(ctx context.Context) error {
@@ -100,7 +120,7 @@ func (g *CSIGate) probe(ctx context.Context) error {
 	return nil
 }
 
-// DriverName returns the name the driver last reported, or "" before it first answered.
+// DriverName implements DriverNamer.
 func (g *CSIGate) DriverName() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -110,39 +130,5 @@ func (g *CSIGate) DriverName() string {
 // Close releases the connection to the driver.
 func (g *CSIGate) Close() error {
 	g.identity.Close()
-	return nil
-}
-
-// HTTPGate probes a local health endpoint with GET; any 2xx answer means ready. It serves agents
-// that are not CSI drivers, such as a CNI agent or a device plugin.
-type HTTPGate struct {
-	url    string
-	client *http.Client
-}
-
-// NewHTTPGate returns a gate for url; each request gives up after timeout.
-func NewHTTPGate(url string, timeout time.Duration) *HTTPGate {
-	return &HTTPGate{url: url, client: &http.Client{Timeout: timeout}}
-}
-
-// Name implements Gate.
-func (g *HTTPGate) Name() string { return gateHTTP }
-
-// Probe implements Gate.
-func (g *HTTPGate) Probe(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", g.url, err)
-	}
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", g.url, err)
-	}
-	// Drain a little so the connection can be reused; a health body is never large.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return &httpStatusError{url: g.url, status: resp.Status}
-	}
 	return nil
 }

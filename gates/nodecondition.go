@@ -1,4 +1,4 @@
-package controllers
+package gates
 
 import (
 	"context"
@@ -7,17 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// gateNodeCondition names the Node condition gate in logs, events and metrics.
-const gateNodeCondition = "node-condition"
+// NodeConditionName names the Node condition gate in logs, events and metrics.
+const NodeConditionName = "node-condition"
 
 // The reason classes of a required condition the Node does not have, and of one whose status is
 // another.
 const (
-	reasonNoCondition     = "no_condition"
-	reasonConditionStatus = "condition_status"
+	ReasonNoCondition     = "no_condition"
+	ReasonConditionStatus = "condition_status"
 )
 
 // ConditionRequirement asks for the Node condition Type with Status: what Node Problem Detector, a
@@ -49,33 +48,50 @@ func ParseConditionRequirement(s string) (ConditionRequirement, error) {
 	return c, nil
 }
 
-// nodeConditionGate passes while the Node has each required condition with its status. It reads
+// NodeConditionGate passes while the Node has each required condition with its status. It reads
 // the Node the reconcile already holds, so it costs no request, and only an update of the Node
-// that changes a required condition's status triggers the reconcile (see nodeChanged), not
-// kubelet's heartbeats.
-type nodeConditionGate struct {
+// that changes a required condition's status causes the reconcile (NodeChanged), not kubelet's
+// heartbeats.
+type NodeConditionGate struct {
 	required []ConditionRequirement
 }
 
-func (g *nodeConditionGate) name() string { return gateNodeCondition }
+// NewNodeConditionGate returns a gate for the required conditions.
+func NewNodeConditionGate(required ...ConditionRequirement) *NodeConditionGate {
+	return &NodeConditionGate{required: required}
+}
 
-func (g *nodeConditionGate) check(_ context.Context, _ client.Reader, node *corev1.Node) *gateError {
+// Name implements Gate.
+func (g *NodeConditionGate) Name() string { return NodeConditionName }
+
+// Check implements Gate.
+func (g *NodeConditionGate) Check(_ context.Context, in Input) error {
+	node := in.Node
 	for _, q := range g.required {
 		c := findCondition(node.Status.Conditions, q.Type)
 		switch {
 		case c == nil:
-			return &gateError{gate: gateNodeCondition, reason: reasonNoCondition,
-				err: fmt.Errorf("node %s has no condition %s yet, want %s", node.Name, q.Type, q.Status)}
+			return NotReady(ReasonNoCondition, fmt.Errorf("node %s has no condition %s yet, want %s", node.Name, q.Type, q.Status))
 		case c.Status != q.Status:
-			return &gateError{gate: gateNodeCondition, reason: reasonConditionStatus,
-				err: fmt.Errorf("node %s has condition %s=%s, want %s", node.Name, q.Type, c.Status, q.Status)}
+			return NotReady(ReasonConditionStatus, fmt.Errorf("node %s has condition %s=%s, want %s", node.Name, q.Type, c.Status, q.Status))
 		}
 	}
 	return nil
 }
 
-// nodeChanged reports whether a required condition appeared, went or changed its status.
-func (g *nodeConditionGate) nodeChanged(oldNode, newNode *corev1.Node) bool {
+// Requires reports whether the gate waits for a condition of type t.
+func (g *NodeConditionGate) Requires(t corev1.NodeConditionType) bool {
+	for _, q := range g.required {
+		if q.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeChanged implements NodeReader: whether a required condition appeared, went or changed its
+// status.
+func (g *NodeConditionGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
 	for _, q := range g.required {
 		before, after := findCondition(oldNode.Status.Conditions, q.Type), findCondition(newNode.Status.Conditions, q.Type)
 		if (before == nil) != (after == nil) || before != nil && before.Status != after.Status {
@@ -83,4 +99,13 @@ func (g *nodeConditionGate) nodeChanged(oldNode, newNode *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+func findCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
 }

@@ -2,9 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/utils/clock"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -35,8 +33,9 @@ func settle() {
 }
 
 // TestCSIGateSurvivesAMisbehavingDriver drives a real gRPC driver through hangs, crashes,
-// restarts on a new socket file and flaps, and checks that the gate answers right each time and
-// that neither goroutines nor file descriptors grow.
+// restarts on a new socket file and flaps, and checks that the prober's verdict on the gate is
+// right each time (a hang is cut off by the gate's timeout) and that neither goroutines nor file
+// descriptors grow.
 func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	path := filepath.Join(t.TempDir(), "csi.sock")
@@ -45,12 +44,12 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer driver.Stop()
-	gate, err := NewCSIGate(path, 100*time.Millisecond)
+	gate, err := gates.NewCSIGate(path, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = gate.Close() }()
-	p := newProber([]Gate{gate}, time.Hour, "n1", "", clock.RealClock{})
+	p := newProber([]gates.Probed{gate}, time.Hour, "n1", "", clock.RealClock{})
 	ctx := context.Background()
 
 	probe := func(want string) {
@@ -76,14 +75,14 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 	cycle := func() {
 		probe("ready")
 		driver.SetReadiness(fakecsi.Hung)
-		probe(reasonTimeout)
+		probe(gates.ReasonTimeout)
 		driver.SetReadiness(fakecsi.NotReady)
-		probe(reasonNotReady)
+		probe(gates.ReasonNotReady)
 		driver.SetReadiness(fakecsi.Failing)
-		probe(reasonError)
+		probe(gates.ReasonError)
 		driver.SetReadiness(fakecsi.Ready)
 		driver.Stop() // crash: the socket file is gone
-		probe(reasonUnavailable)
+		probe(gates.ReasonUnavailable)
 		if err := driver.Restart(); err != nil { // a new socket file at the same path
 			t.Fatal(err)
 		}
@@ -108,42 +107,48 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 	}
 }
 
-func TestHTTPGate(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	status := http.StatusServiceUnavailable
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
-	defer srv.Close()
-	gate := NewHTTPGate(srv.URL, 100*time.Millisecond)
-	defer gate.client.CloseIdleConnections()
-	ctx := context.Background()
-	if err := gate.Probe(ctx); reasonClass(err) != reasonHTTPStatus {
-		t.Fatalf("503: err = %v, class %q", err, reasonClass(err))
+func TestAFileIsSeenAtOnceWithoutWaitingForAProbeTick(t *testing.T) {
+	netd := filepath.Join(t.TempDir(), "net.d") // created by the CNI agent, after the gate starts
+	g, err := gates.NewFileGate(filepath.Join(netd, "*.conflist"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	status = http.StatusOK
-	if err := gate.Probe(ctx); err != nil {
-		t.Fatalf("200: %v", err)
-	}
-	if err := NewHTTPGate("http://127.0.0.1:1/healthz", 100*time.Millisecond).Probe(ctx); reasonClass(err) != reasonUnavailable {
-		t.Fatalf("refused: err = %v, class %q", err, reasonClass(err))
-	}
-}
+	p := newProber([]gates.Probed{g}, time.Hour, "n1", "", clock.RealClock{})
+	var done <-chan error
+	// Registered first, so it runs after startRunnable has stopped the prober.
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	done = startRunnable(t, p.Start)
 
-func TestCSIGateLearnsTheDriverNameBeforeTheDriverIsReady(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "csi.sock")
-	driver, err := fakecsi.Start(path, "example.csi.k8s.io", fakecsi.NotReady)
-	if err != nil {
+	ready := func() bool { gerr, _ := p.notReady(); return gerr == nil }
+	eventually(t, "the first probe", func() bool { gerr, _ := p.notReady(); return gerr != nil && gerr.reason == gates.ReasonNoFile })
+	if err := os.Mkdir(netd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	defer driver.Stop()
-	gate, err := NewCSIGate(path, time.Second)
-	if err != nil {
+	time.Sleep(2 * time.Second) // twice the gate's retry of a missing directory: it is watched now
+	if ready() {
+		t.Fatal("ready without a file")
+	}
+	start := time.Now()
+	if err := os.WriteFile(filepath.Join(netd, "05-cilium.conflist"), []byte(`{"cniVersion":"1.0.0"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = gate.Close() }()
-	if err := gate.Probe(context.Background()); !errors.Is(err, errNotReady) {
-		t.Fatalf("Probe() = %v, want not ready", err)
+	eventually(t, "the file to be seen", ready)
+	t.Logf("seen after %s, with an hour between probe ticks", time.Since(start))
+
+	// A CNI agent that reinstalls removes its directory and writes it again.
+	if err := os.RemoveAll(netd); err != nil {
+		t.Fatal(err)
 	}
-	if got := gate.DriverName(); got != "example.csi.k8s.io" {
-		t.Fatalf("DriverName() = %q while the driver is not ready, want its name", got)
+	eventually(t, "the removal to be seen", func() bool { return !ready() })
+	if err := os.Mkdir(netd, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(netd, "05-cilium.conflist"), []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new directory's file to be seen", ready)
 }

@@ -1,4 +1,4 @@
-package controllers
+package gates
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// gateFile names the ready-file gate in logs, events and metrics.
-const gateFile = "file"
+// FileName names the ready-file gate in logs, events and metrics.
+const FileName = "file"
 
-// errNoFile marks a ready-file pattern that matches no non-empty file yet.
-var errNoFile = errors.New("no non-empty file matches")
+// ReasonNoFile is the reason class of a ready-file pattern that matches no non-empty file yet.
+const ReasonNoFile = "no_file"
 
 // watchRetry is how often a gate retries watching a directory that does not exist yet; the
 // prober's interval probes the gate meanwhile.
@@ -51,13 +51,16 @@ func NewFileGate(patterns ...string) (*FileGate, error) {
 }
 
 // Name implements Gate.
-func (g *FileGate) Name() string { return gateFile }
+func (g *FileGate) Name() string { return FileName }
 
-// Probe implements Gate.
-func (g *FileGate) Probe(context.Context) error {
+// Timeout implements Probed: a look at a local directory needs none.
+func (g *FileGate) Timeout() time.Duration { return 0 }
+
+// Check implements Gate.
+func (g *FileGate) Check(context.Context, Input) error {
 	for _, p := range g.patterns {
 		if !hasNonEmptyFile(p) {
-			return fmt.Errorf("%w %s", errNoFile, p)
+			return NotReady(ReasonNoFile, fmt.Errorf("no non-empty file matches %s", p))
 		}
 	}
 	return nil
@@ -73,7 +76,7 @@ func hasNonEmptyFile(pattern string) bool {
 	return false
 }
 
-// Watch calls changed whenever something changes in a pattern's directory, until ctx ends. A
+// Watch implements Watcher. It calls changed whenever something changes in a pattern's directory, until ctx ends. A
 // directory that does not exist yet, or is removed, is watched again once it is there.
 func (g *FileGate) Watch(ctx context.Context, changed func()) error {
 	w, err := fsnotify.NewWatcher()
