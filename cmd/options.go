@@ -179,6 +179,9 @@ func (f optionalDuration) Set(v string) error {
 	return nil
 }
 
+// nameSetting is the setting of a group of --config that names it; it is not a flag.
+const nameSetting = "name"
+
 // groupFlags are the flags that describe one group, in the command line's group and in each group
 // of --config.
 var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-allocatable", "ready-url", "ready-container",
@@ -456,7 +459,7 @@ func parseGroup(settings map[string]any, setting func(string) string) (groupOpti
 	slices.Sort(keys)
 	for _, key := range keys {
 		value := settings[key]
-		if key == "name" {
+		if key == nameSetting {
 			name, ok := value.(string)
 			if !ok {
 				return g, nil, fmt.Errorf("%s: not a string", setting("name"))

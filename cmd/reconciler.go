@@ -68,7 +68,8 @@ func (o *options) buildGroup(g groupOptions) builtGroup {
 		add("ready-file", file)
 	}
 	if g.readyContainer != "" {
-		add("ready-container", gates.NewContainerGate(types.NamespacedName{Namespace: o.podNamespace, Name: o.podName}, g.readyContainer))
+		pod := types.NamespacedName{Namespace: o.podNamespace, Name: o.podName}
+		add("ready-container", gates.NewContainerGate(o.nodeName, pod, g.readyContainer))
 	}
 	if len(g.requireResources) > 0 {
 		add("require-resource", gates.NewResourceGate(g.requireResources...))
@@ -99,7 +100,7 @@ func (o *options) validateReconciler() error {
 var fieldPath = regexp.MustCompile(`^(?:groups\[(\d+)\]\.)?(\w+)(?:\[(\d+)\])?$`)
 
 // groupSettings are the group flags by the name of the Group field they set.
-var groupSettings = map[string]string{"name": "name", "taints": "taint", "conditionType": "condition-type"}
+var groupSettings = map[string]string{nameSetting: nameSetting, "taints": "taint", "conditionType": "condition-type"}
 
 // topSettings are the flags by the name of the NodeReconciler field they set.
 var topSettings = map[string]string{"nodeName": "node-name", "maxWait": "max-wait", "retaintAfter": "retaint-after",

@@ -20,7 +20,7 @@ func TestTheManagerOptionsComeFromTheGates(t *testing.T) {
 	csi := func() *gates.CSIGate { g, _ := gates.NewCSIGate("/csi/csi.sock", 0); return g }
 	agent := types.NamespacedName{Namespace: "kube-system", Name: "agent-x"}
 	disk, file := CSIDriverGroup("n1", csi()), CSIDriverGroup("n1", csi())
-	disk.Name, disk.Gates = "disk", append(disk.Gates, gates.NewContainerGate(agent, "driver"))
+	disk.Name, disk.Gates = "disk", append(disk.Gates, gates.NewContainerGate("n1", agent, "driver"))
 	file.Name, file.Gates = "file", append(file.Gates, gates.NewResourceGate(gpus))
 	r := &NodeReconciler{NodeName: "n1", Groups: []Group{disk, file}}
 	byObject := r.CacheOptions().ByObject

@@ -125,9 +125,8 @@ func (r *NodeReconciler) CacheOptions() cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", r.NodeName)},
 	}}
-	for _, c := range r.cachedKinds() {
-		obj, byObject := c.CacheEntry()
-		opts.ByObject[obj] = byObject
+	for obj, entry := range r.cacheEntries() {
+		opts.ByObject[obj] = entry
 	}
 	return opts
 }
@@ -145,8 +144,11 @@ func (r *NodeReconciler) ManagerOptions() ctrl.Options {
 func (r *NodeReconciler) RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	for _, c := range r.cachedKinds() {
-		m.Add(c.RESTMapping())
+	for _, c := range r.cachedGates() {
+		gvk, scope := c.RESTMapping()
+		m.Add(gvk, scope)
+		// A cache of a kind held by namespace looks the scope of a List up by the list's kind.
+		m.Add(gvk.GroupVersion().WithKind(gvk.Kind+"List"), scope)
 	}
 	return m, nil
 }
@@ -215,7 +217,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
-	for _, c := range r.cachedKinds() {
+	// One watch per gate: each lets through what it reads; the kinds' informers are shared.
+	for _, c := range r.cachedGates() {
 		obj, h, predicates := c.Watches(toNode)
 		b = b.Watches(obj, h, builder.WithPredicates(predicates...))
 	}

@@ -310,7 +310,7 @@ var _ = Describe("NodeReconciler", func() {
 			setReady(false)
 			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
 				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
-				Gates:  []gates.Gate{gates.NewContainerGate(client.ObjectKeyFromObject(pod), "driver")},
+				Gates:  []gates.Gate{gates.NewContainerGate(nodeName, client.ObjectKeyFromObject(pod), "driver")},
 			}}})
 			expectTaintStays(ctx)
 

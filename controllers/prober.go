@@ -36,9 +36,9 @@ type prober struct {
 	passing passingSince
 }
 
-func newProber(gates []gates.Probed, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
+func newProber(probed []gates.Probed, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
 	return &prober{
-		gates:    gates,
+		gates:    probed,
 		interval: interval,
 		node:     node,
 		group:    group,
@@ -46,7 +46,7 @@ func newProber(gates []gates.Probed, interval time.Duration, node, group string,
 		// One pending event is enough: the reconcile it causes reads the latest status.
 		events:  make(chan event.GenericEvent, 1),
 		kick:    make(chan struct{}, 1),
-		logs:    make([]gateLog, len(gates)),
+		logs:    make([]gateLog, len(probed)),
 		passing: passingSince{},
 	}
 }

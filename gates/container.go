@@ -27,22 +27,26 @@ const ReasonNoContainer = "no_container"
 // readiness is an exec or HTTP probe that only kubelet runs. The manager caches only this one
 // Pod, and a watch event of it causes the reconcile.
 type ContainerGate struct {
+	node      string
 	pod       types.NamespacedName
 	container string
 }
 
-// NewContainerGate returns a gate for the container of that name in pod, the agent's own.
-func NewContainerGate(pod types.NamespacedName, container string) *ContainerGate {
-	return &ContainerGate{pod: pod, container: container}
+// NewContainerGate returns a gate for the container of that name in pod, the agent's own, on node.
+func NewContainerGate(node string, pod types.NamespacedName, container string) *ContainerGate {
+	return &ContainerGate{node: node, pod: pod, container: container}
 }
 
 // Name implements Gate.
 func (g *ContainerGate) Name() string { return ContainerName }
 
-// CacheEntry implements Cached: the one Pod.
+// CacheEntry implements Cached: the one Pod. It is on this node, which the selector says too, so
+// that merged with the pod gate's entry for the same namespace the cache still holds only this
+// node's pods.
 func (g *ContainerGate) CacheEntry() (client.Object, cache.ByObject) {
 	return &corev1.Pod{}, cache.ByObject{Namespaces: map[string]cache.Config{
-		g.pod.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", g.pod.Name)},
+		g.pod.Namespace: {FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("metadata.name", g.pod.Name),
+			fields.OneTermEqualSelector("spec.nodeName", g.node))},
 	}}
 }
 

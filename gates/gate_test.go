@@ -31,7 +31,7 @@ func TestEveryGateNamesItsConditionReason(t *testing.T) {
 		{csi, "CSINotReady"},
 		{NewCSINodeGate("n1", csi, false), "CSINodeNotReady"},
 		{NewHTTPGate("http://127.0.0.1/healthz", 0), "HTTPNotReady"},
-		{NewContainerGate(types.NamespacedName{Namespace: "ns", Name: "p"}, "driver"), "ContainerNotReady"},
+		{NewContainerGate("n1", types.NamespacedName{Namespace: "ns", Name: "p"}, "driver"), "ContainerNotReady"},
 		{file, "FileNotReady"},
 		{NewResourceGate(), "ResourceNotReady"},
 		{NewResourceSliceGate("n1", "gpu.example.com"), "ResourceSliceNotReady"},

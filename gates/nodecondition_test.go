@@ -37,9 +37,9 @@ func TestTheNodeConditionGateReadsTheNode(t *testing.T) {
 		conditions []corev1.NodeCondition
 		reason     string
 	}{
-		{"not published yet", []corev1.NodeCondition{corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, ReasonNoCondition},
-		{"the other status", []corev1.NodeCondition{corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue}}, ReasonConditionStatus},
-		{"as required", []corev1.NodeCondition{corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse}, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}}, ""},
+		{"not published yet", []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, ReasonNoCondition},
+		{"the other status", []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}, {Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue}}, ReasonConditionStatus},
+		{"as required", []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}, {Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}}, ""},
 	} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: tt.conditions}}
 		err := g.Check(context.Background(), Input{Node: node})
