@@ -220,6 +220,24 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 			"written to the Node's status when it changes; empty (the default) is off.")
 }
 
+// bindServingFlags defines the flags of the metrics, health and pprof endpoints on fs, into o.
+func bindServingFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to; \"0\" turns it off.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS with Kubernetes authentication and authorization; false serves plain HTTP.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics server (off by default against HTTP/2 stream attacks).")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-path", "",
+		"Directory holding the metrics server certificate; a self-signed one is used when empty.")
+	fs.StringVar(&o.metricsCert, "metrics-cert-name", "tls.crt", "File name of the metrics server certificate.")
+	fs.StringVar(&o.metricsKey, "metrics-cert-key", "tls.key", "File name of the metrics server key.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
+		"Address the /healthz and /readyz endpoints bind to; \"0\" turns them off.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0",
+		"Address to serve Go's pprof profiles on, for diagnosis; \"0\" (the default) turns it off.")
+}
+
 // errVersionShown tells the caller that --version printed the version: nothing is left to do.
 var errVersionShown = errors.New("version shown")
 
@@ -250,20 +268,7 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.BoolVar(&o.dryRun, "dry-run", false,
 		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
 			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
-		"Address the metrics endpoint binds to; \"0\" turns it off.")
-	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
-		"Serve metrics over HTTPS with Kubernetes authentication and authorization; false serves plain HTTP.")
-	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
-		"Allow HTTP/2 on the metrics server (off by default against HTTP/2 stream attacks).")
-	fs.StringVar(&o.metricsCertDir, "metrics-cert-path", "",
-		"Directory holding the metrics server certificate; a self-signed one is used when empty.")
-	fs.StringVar(&o.metricsCert, "metrics-cert-name", "tls.crt", "File name of the metrics server certificate.")
-	fs.StringVar(&o.metricsKey, "metrics-cert-key", "tls.key", "File name of the metrics server key.")
-	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
-		"Address the /healthz and /readyz endpoints bind to; \"0\" turns them off.")
-	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0",
-		"Address to serve Go's pprof profiles on, for diagnosis; \"0\" (the default) turns it off.")
+	bindServingFlags(fs, o)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; without it, KUBECONFIG, then the pod's in-cluster config, is used.")
 	fs.BoolVar(&o.requireConfinement, "require-confinement", false,

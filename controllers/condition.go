@@ -45,7 +45,8 @@ func conditionTypeProblem(t string) string {
 // publishCondition writes the group's verdict as its ConditionType condition when it differs from
 // the condition on the Node and from the one this process wrote last. Nothing is written before
 // the gates have been probed, so a restarted agent does not report False for a moment.
-func (r *NodeReconciler) publishCondition(ctx context.Context, g *group, node *corev1.Node, notReady *gateError) error {
+func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, p *plan) error {
+	g, notReady := p.g, p.notReady
 	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == gates.ReasonNotProbed {
 		return nil
 	}
@@ -54,7 +55,7 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, g *group, node *c
 	if sameCondition(current, &want) || g.state.conditionWritten(&want) {
 		return nil
 	}
-	now := metav1.NewTime(r.Clock.Now())
+	now := metav1.NewTime(p.now)
 	want.LastHeartbeatTime, want.LastTransitionTime = now, now
 	if current != nil && current.Status == want.Status {
 		want.LastTransitionTime = current.LastTransitionTime

@@ -174,28 +174,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("adding the readiness prober: %w", err)
 		}
 	}
-	if c := r.Confinement; c != nil {
-		if c.Client == nil {
-			c.Client = r.Client
-		}
-		if c.NodeName == "" {
-			c.NodeName = r.NodeName
-		}
-		if c.Recorder == nil {
-			c.Recorder = r.Recorder
-		}
-		if c.Clock == nil {
-			c.Clock = r.Clock
-		}
-		if c.Taints == nil {
-			c.Taints = r.servedTaints
-		}
-		if err := mgr.Add(c); err != nil {
-			return fmt.Errorf("adding the confinement check: %w", err)
-		}
-		if err := mgr.AddReadyzCheck("startup-taint-removal", c.Ready); err != nil {
-			return fmt.Errorf("adding the confinement check's readiness check: %w", err)
-		}
+	if err := r.setupConfinement(mgr); err != nil {
+		return err
 	}
 
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
@@ -223,6 +203,37 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(obj, h, builder.WithPredicates(predicates...))
 	}
 	return b.Complete(r)
+}
+
+// setupConfinement adds the Confinement check, when there is one, to mgr and to its readiness
+// checks, with its empty fields filled in from the reconciler's.
+func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
+	c := r.Confinement
+	if c == nil {
+		return nil
+	}
+	if c.Client == nil {
+		c.Client = r.Client
+	}
+	if c.NodeName == "" {
+		c.NodeName = r.NodeName
+	}
+	if c.Recorder == nil {
+		c.Recorder = r.Recorder
+	}
+	if c.Clock == nil {
+		c.Clock = r.Clock
+	}
+	if c.Taints == nil {
+		c.Taints = r.servedTaints
+	}
+	if err := mgr.Add(c); err != nil {
+		return fmt.Errorf("adding the confinement check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("startup-taint-removal", c.Ready); err != nil {
+		return fmt.Errorf("adding the confinement check's readiness check: %w", err)
+	}
+	return nil
 }
 
 // build makes the reconciler's groups from its fields, once Client and Recorder are set.
@@ -284,9 +295,10 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile removes each group's startup taints from the node when all the group's readiness
-// gates pass: observe the taints, check the gates (and publish the verdict as a condition, with
-// ConditionType), patch, report. With none of a group's startup taints on the node, continuous
-// mode may put one back instead. Every group's change goes in one patch.
+// gates pass: for each group, observe the taints, check the gates and decide (decide), publish the
+// verdict as a condition (with ConditionType); then patch every group's change at once, and
+// report each outcome. With none of a group's startup taints on the node, continuous mode may put
+// one back instead. The clock is read once for the decisions, and once when the patch is accepted.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
@@ -296,10 +308,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	plans := make([]*plan, 0, len(r.groups))
 	var errs []error
 	for _, g := range r.groups {
-		p, err := r.decide(g.logContext(ctx), g, node, now)
-		errs = append(errs, err)
-		if p != nil {
+		if p := r.decide(g.logContext(ctx), g, node, now); p != nil {
 			plans = append(plans, p)
+			errs = append(errs, r.publishCondition(g.logContext(ctx), node, p))
 		}
 	}
 	r.write(ctx, node, slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() }))
@@ -314,33 +325,33 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	return res, errors.Join(errs...)
 }
 
-// decide observes the group's taints, checks its gates, publishes its condition and decides what
-// to change: nil when the group's taints are not known yet.
-func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node, now time.Time) (*plan, error) {
+// decide observes the group's taints, checks its gates and decides what to change: nil when the
+// group's taints are not known yet.
+func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node, now time.Time) *plan {
 	specs := g.taintSpecs(r.RetaintAfter)
 	if len(specs) == 0 {
-		log.FromContext(ctx).V(4).Info("waiting for the CSI driver's name to know its startup taint")
-		return nil, nil
+		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
+		return nil
 	}
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
 	r.reportObservation(ctx, specs, obs)
 
 	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
-	p := &plan{g: g, specs: specs, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince}
-	conditionErr := r.publishCondition(ctx, g, node, notReady)
+	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
+		notReady: notReady}
 	if len(obs.held) == 0 {
 		r.planRetaint(ctx, node, p)
 	} else {
 		r.planRemoval(ctx, node, p)
 	}
-	return p, conditionErr
+	return p
 }
 
 // planRemoval decides whether the startup taints the group holds go now: once its gates pass, or
 // once MaxWait has passed. Until then it reports the wait, and asks to be called again at the
 // deadline or when a taint that came back has been held long enough.
 func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *plan) {
-	now := r.Clock.Now()
+	now := p.now
 	notReady := p.v.notReady
 	// Never forced before the gates have been probed once: a restarted agent would otherwise
 	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
@@ -396,7 +407,7 @@ func (r *NodeReconciler) removalOutcome(ctx context.Context, node *corev1.Node, 
 	if len(removed) == 0 {
 		return 0, nil // already gone, or the Node was deleted meanwhile
 	}
-	rem := p.g.state.recordRemoval(node, removed, specsSelecting(removed, p.specs), p.readySince, r.Clock.Now())
+	rem := p.g.state.recordRemoval(node, removed, specsSelecting(removed, p.specs), p.readySince, p.written)
 	if p.forced {
 		rem.unready = p.v.notReady
 	}

@@ -9,11 +9,16 @@ import (
 
 // plan is what one reconcile decided for one group, and, once written, what the write did.
 type plan struct {
-	g          *group
-	specs      []TaintSpec
+	g     *group
+	specs []TaintSpec
+	// now is when the reconcile began: the one time its observations and decisions are made at.
+	now        time.Time
 	obs        observation
 	v          verdict
 	readySince time.Time
+	// notReady is the gate that holds the group's taints, nil when every gate passes: what its
+	// Node condition says.
+	notReady *gateError
 
 	// remove is set when the group's startup taints go now; forced, when MaxWait forces them.
 	remove bool
@@ -24,9 +29,11 @@ type plan struct {
 	requeue time.Duration
 
 	// orig is the Node before the patch that carried this plan's change, nil when that patch
-	// changed nothing or the Node is gone; err is the patch's error.
-	orig *corev1.Node
-	err  error
+	// changed nothing or the Node is gone; err is the patch's error, and written when the API
+	// server accepted it: the end of the reaction time.
+	orig    *corev1.Node
+	err     error
+	written time.Time
 }
 
 // changes reports whether the plan writes to the Node.
@@ -91,7 +98,8 @@ func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*
 		}
 		return
 	}
+	written := r.Clock.Now()
 	for _, p := range plans {
-		p.orig, p.err = orig, err
+		p.orig, p.err, p.written = orig, err, written
 	}
 }

@@ -63,7 +63,7 @@ func (r *NodeReconciler) retaintOutcome(ctx context.Context, node *corev1.Node, 
 	if !p.retainted() {
 		return nil // the Node was deleted, or has the taint already
 	}
-	p.g.state.recordRetaint(spec, p.v.notReady, r.Clock.Now())
+	p.g.state.recordRetaint(spec, p.v.notReady, p.now)
 	r.reportRetaint(ctx, node, spec, p.v)
 	return nil
 }
