@@ -15,6 +15,7 @@ RUN go mod download
 
 COPY cmd/ cmd/
 COPY controllers/ controllers/
+COPY gates/ gates/
 COPY internal/ internal/
 
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath \
