@@ -67,6 +67,7 @@ type groupOptions struct {
 	readyFiles         []string
 	resourceSlices     []string
 	conditions         []gates.ConditionRequirement
+	pods               []gates.PodRequirement
 	conditionType      string
 }
 
@@ -185,7 +186,7 @@ const nameSetting = "name"
 // groupFlags are the flags that describe one group, in the command line's group and in each group
 // of --config.
 var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-allocatable", "ready-url", "ready-container",
-	"ready-file", "require-resource", "require-resourceslice", "require-condition", "condition-type"}
+	"ready-file", "require-resource", "require-resourceslice", "require-condition", "require-pod", "condition-type"}
 
 // bindGroupFlags defines the flags of groupFlags on fs, into g.
 func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
@@ -215,6 +216,10 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.Var(listFlag[gates.ConditionRequirement]{&g.conditions, gates.ParseConditionRequirement}, "require-condition",
 		"A gate that passes while the Node has this condition with this status, as TYPE[=STATUS] (STATUS True when left out), "+
 			"as Node Problem Detector, a cloud controller or another agent publishes it; repeatable.")
+	fs.Var(listFlag[gates.PodRequirement]{&g.pods, gates.ParsePodRequirement}, "require-pod",
+		"A gate that passes while a pod on this node in NAMESPACE whose labels match LABEL_SELECTOR is Ready, as "+
+			"NAMESPACE/LABEL_SELECTOR (kube-system/k8s-app=cilium): another DaemonSet's agent; repeatable. "+
+			"Needs a Role that lets the agent read pods in that namespace.")
 	fs.StringVar(&g.conditionType, "condition-type", "",
 		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
 			"written to the Node's status when it changes; empty (the default) is off.")

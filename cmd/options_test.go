@@ -38,6 +38,7 @@ func TestParseOptionsValues(t *testing.T) {
 		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
 		"--ready-file=/etc/cni/net.d/*.conflist", "--require-resourceslice=gpu.example.com",
 		"--require-condition=NetworkUnavailable=False", "--require-condition=example.com/GPUHealthy",
+		"--require-pod=kube-system/k8s-app=cilium", "--require-pod=calico-system/app.kubernetes.io/name in (calico-node)",
 	}, env(map[string]string{"NODE_NAME": "ignored"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,8 @@ func TestParseOptionsValues(t *testing.T) {
 		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" ||
 		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" ||
 		len(o.resourceSlices) != 1 || o.resourceSlices[0] != "gpu.example.com" ||
-		len(o.conditions) != 2 || o.conditions[0].String() != "NetworkUnavailable=False" || o.conditions[1].String() != "example.com/GPUHealthy=True" {
+		len(o.conditions) != 2 || o.conditions[0].String() != "NetworkUnavailable=False" || o.conditions[1].String() != "example.com/GPUHealthy=True" ||
+		len(o.pods) != 2 || o.pods[0].String() != "kube-system/k8s-app=cilium" || o.pods[1].String() != "calico-system/app.kubernetes.io/name in (calico-node)" {
 		t.Fatalf("unexpected options: %+v", o)
 	}
 }
@@ -103,6 +105,10 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"condition status not a status", []string{"--taint=a/b", "--require-condition=NetworkUnavailable=no"}, node, "-require-condition"},
 		{"condition the group writes itself", []string{"--taint=a/b", "--require-condition=example.com/AgentReady",
 			"--condition-type=example.com/AgentReady"}, node, "--require-condition: example.com/AgentReady is the condition this group writes"},
+		{"pod without a namespace", []string{"--taint=a/b", "--require-pod=k8s-app=cilium"}, node, "-require-pod: \"k8s-app=cilium\" is not NAMESPACE/LABEL_SELECTOR"},
+		{"pod namespace not a name", []string{"--taint=a/b", "--require-pod=Kube_System/k8s-app=cilium"}, node, "-require-pod"},
+		{"pod selector not a selector", []string{"--taint=a/b", "--require-pod=kube-system/k8s-app in cilium"}, node, "is not a label selector"},
+		{"pod selector empty", []string{"--taint=a/b", "--require-pod=kube-system/"}, node, "would match every pod"},
 		{"resource minimum zero", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=0"}, node, "must be positive"},
 		{"resource minimum negative", []string{"--taint=a/b", "--require-resource=nvidia.com/gpu=-1"}, node, "must be positive"},
 		{"ready file relative", []string{"--taint=a/b", "--ready-file=etc/cni/net.d/*.conflist"}, node, "-ready-file"},
@@ -157,7 +163,7 @@ func TestParseOptionsHelp(t *testing.T) {
 		t.Fatalf("err = %v, want flag.ErrHelp", err)
 	}
 	for _, name := range []string{"-node-name", "-taint", "-csi-address", "-require-csinode", "-require-allocatable",
-		"-ready-url", "-probe-interval", "-max-wait", "-retaint-after", "-condition-type", "-dry-run", "-ready-container", "-metrics-bind-address", "-health-probe-bind-address", "-kubeconfig", "-zap-log-level"} {
+		"-ready-url", "-probe-interval", "-max-wait", "-retaint-after", "-condition-type", "-dry-run", "-ready-container", "-require-condition", "-require-pod", "-metrics-bind-address", "-health-probe-bind-address", "-kubeconfig", "-zap-log-level"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("usage lacks %s", name)
 		}

@@ -17,7 +17,7 @@ import (
 // gateFlags are the group flags that each add a gate, in the order their gates are checked; a
 // group without any has no readiness gate.
 var gateFlags = []string{"csi-address", "ready-url", "ready-file", "ready-container", "require-resource",
-	"require-resourceslice", "require-condition"}
+	"require-resourceslice", "require-condition", "require-pod"}
 
 // builtGroup is a group's configuration with, by gate, the setting that made it, so that an error
 // the reconciler finds in a gate names that setting.
@@ -79,6 +79,9 @@ func (o *options) buildGroup(g groupOptions) builtGroup {
 	}
 	if len(g.conditions) > 0 {
 		add("require-condition", gates.NewNodeConditionGate(g.conditions...))
+	}
+	if len(g.pods) > 0 {
+		add("require-pod", gates.NewPodGate(o.nodeName, g.pods...))
 	}
 	return b
 }

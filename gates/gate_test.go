@@ -36,6 +36,7 @@ func TestEveryGateNamesItsConditionReason(t *testing.T) {
 		{NewResourceGate(), "ResourceNotReady"},
 		{NewResourceSliceGate("n1", "gpu.example.com"), "ResourceSliceNotReady"},
 		{NewNodeConditionGate(), "NodeConditionNotReady"},
+		{NewPodGate("n1"), "PodNotReady"},
 		{named("gpu-plugin"), "GpuPluginNotReady"},
 		{named("9"), "GateNotReady"},
 		{named(""), "GateNotReady"},

@@ -83,6 +83,8 @@ func TestBadValuesFailAtInstallTime(t *testing.T) {
 		{"a DRA driver that is not a name", []string{"requireResourceSlices[0]=GPU Driver"}, "/requireResourceSlices/0"},
 		{"a condition that is not a name", []string{"requireConditions[0]=network unavailable"}, "/requireConditions/0"},
 		{"a condition status that is not one", []string{"requireConditions[0]=NetworkUnavailable=false"}, "/requireConditions/0"},
+		{"a pod without a namespace", []string{"requirePods[0]=k8s-app=cilium"}, "/requirePods/0"},
+		{"a pod namespace that is not a name", []string{"requirePods[0]=Kube_System/k8s-app=cilium"}, "/requirePods/0"},
 		{"an unknown pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 		{"a group without a name", []string{"groups[0].taints[0]=a.example.com/x", "groups[0].readyURL=http://127.0.0.1/"}, "/groups/0"},
 		{"a group name that is not a DNS label", []string{"groups[0].name=A_B", "groups[0].taints[0]=a.example.com/x",
@@ -114,7 +116,7 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 		t.Fatalf("a group alone: %v", err)
 	}
 	_, err := Template(chartDir, "str", "kube-system", nil, append(group, "readyURL=http://127.0.0.1/"))
-	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions and conditionType in each group") {
+	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions, requirePods and conditionType in each group") {
 		t.Fatalf("a gate beside groups: err = %v", err)
 	}
 }
@@ -151,6 +153,41 @@ func TestReadyFilesInOneDirectoryMountItOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRequiredPodsGrantReadsInTheirNamespacesOnly checks that requirePods, of the agent or of its
+// groups, passes each to --require-pod and grants pod reads in each namespace once, with a Role.
+func TestRequiredPodsGrantReadsInTheirNamespacesOnly(t *testing.T) {
+	out, err := Template(chartDir, "str", "storage", nil, []string{
+		"groups[0].name=net", "groups[0].taints[0]=node.cilium.io/agent-not-ready",
+		"groups[0].requirePods[0]=kube-system/k8s-app=cilium", "groups[0].requirePods[1]=kube-system/k8s-app=kube-proxy",
+		"groups[1].name=gpu", "groups[1].taints[0]=gpu.example.com/agent-not-ready",
+		"groups[1].requirePods[0]=gpu-operator/app=nvidia-device-plugin-daemonset"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`require-pod: ["kube-system/k8s-app=cilium","kube-system/k8s-app=kube-proxy"]`,
+		`require-pod: ["gpu-operator/app=nvidia-device-plugin-daemonset"]`,
+		"kind: Role\nmetadata:\n  name: str-startup-taint-remover-pods\n  namespace: kube-system\n",
+		"kind: Role\nmetadata:\n  name: str-startup-taint-remover-pods\n  namespace: gpu-operator\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the render lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "\nkind: Role\n"); n != 2 {
+		t.Errorf("%d Roles, want one per namespace:\n%s", n, out)
+	}
+	if n := strings.Count(out, "resources: [pods]"); n != 2 {
+		t.Errorf("%d rules on pods, want the two Roles' only", n)
+	}
+	one, err := Template(chartDir, "str", "kube-system", nil, []string{"csi.socketDir=", "taints[0]=node.cilium.io/agent-not-ready",
+		"requirePods[0]=kube-system/k8s-app=cilium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(one, "- --require-pod=kube-system/k8s-app=cilium\n") || strings.Count(one, "\nkind: Role\n") != 1 {
+		t.Errorf("one agent's requirePods: no flag or not one Role:\n%s", one)
 	}
 }
 

@@ -70,6 +70,14 @@ const (
 	gateAllocatable
 	// gateCondition is a Node condition another agent publishes (--require-condition).
 	gateCondition
+	// gatePod is another DaemonSet's pod on the node turning Ready (--require-pod).
+	gatePod
+)
+
+// benchPodNamespace and benchPodLabel are where the pod scenario's pods are and what they match.
+const (
+	benchPodNamespace = "bench-agents"
+	benchPodApp       = "bench-agent"
 )
 
 // benchCondition is the Node condition the condition scenario's agent waits for.
@@ -98,6 +106,8 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 			Gates: []gates.Gate{gates.NewResourceGate(gates.ResourceRequirement{Name: benchResource, Min: resource.MustParse("1")})}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
+	case gatePod:
+		return newPodLane(ctx, e, name, interval)
 	case gateCondition:
 		group := controllers.Group{Name: "net", Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
 			Gates: []gates.Gate{gates.NewNodeConditionGate(gates.ConditionRequirement{Type: benchCondition, Status: corev1.ConditionTrue})}}
@@ -105,6 +115,29 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 	}
 	return newCSILane(ctx, e, name, interval, registered)
+}
+
+// newPodLane runs an agent that waits for its node's pod of another DaemonSet, and creates that
+// pod, not Ready.
+func newPodLane(ctx context.Context, e *env, name string, interval time.Duration) (*lane, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchPodNamespace}}
+	if err := e.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchPodNamespace, Labels: map[string]string{"k8s-app": benchPodApp}},
+		Spec:       corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "agent", Image: "example.com/agent"}}},
+	}
+	if err := e.c.Create(ctx, pod); err != nil {
+		return nil, err
+	}
+	required, err := gates.ParsePodRequirement(benchPodNamespace + "/k8s-app=" + benchPodApp)
+	if err != nil {
+		return nil, err
+	}
+	group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewPodGate(name, required)}}
+	return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
+		&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 }
 
 func newFileLane(ctx context.Context, e *env, name string, interval time.Duration) (*lane, error) {
@@ -362,6 +395,30 @@ func conditionTrial(ctx context.Context, l *lane) (time.Time, error) {
 	return t0, setCondition(corev1.ConditionTrue)
 }
 
+// podTrial turns the lane's pod not Ready, and then Ready with a status update, as kubelet does
+// when the other agent's readiness probe passes.
+func podTrial(ctx context.Context, l *lane) (time.Time, error) {
+	setReady := func(status corev1.ConditionStatus) error {
+		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+			pod := &corev1.Pod{}
+			if err := l.e.c.Get(ctx, client.ObjectKey{Namespace: benchPodNamespace, Name: l.name}, pod); err != nil {
+				return err
+			}
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+			return l.e.c.Status().Update(ctx, pod)
+		})
+	}
+	if err := setReady(corev1.ConditionFalse); err != nil {
+		return time.Time{}, err
+	}
+	if err := l.holdTaint(ctx); err != nil {
+		return time.Time{}, err
+	}
+	l.drain()
+	t0 := time.Now()
+	return t0, setReady(corev1.ConditionTrue)
+}
+
 func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
 	// Re-adds are rare events; spacing the trials keeps them independent of each other.
 	time.Sleep(50*time.Millisecond + rand.N(50*time.Millisecond))
@@ -441,6 +498,8 @@ func measureReaction(ctx context.Context, e *env, trials int) ([]reactionResult,
 			time.Second, 100 * time.Millisecond, false, gateAllocatable, allocatableTrial},
 		{"condition", "Node condition published (--require-condition, status update) to taint removed", "p99 < 100 ms", 1,
 			time.Second, 100 * time.Millisecond, false, gateCondition, conditionTrial},
+		{"pod", "another DaemonSet's pod Ready (--require-pod, status update) to taint removed", "p99 < 100 ms", 1,
+			time.Second, 100 * time.Millisecond, false, gatePod, podTrial},
 	}
 	var out []reactionResult
 	for _, s := range scenarios {

@@ -127,6 +127,34 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		GinkgoWriter.Printf("the taint went %s after NetworkUnavailable turned False\n", time.Since(start))
 	})
 
+	It("removes the taint once another DaemonSet's pod on the node is Ready", func(ctx SpecContext) {
+		cni := corev1.Taint{Key: "cni.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-pod"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{cni}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cni-"}}
+		Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+		session := runBinary("--kubeconfig="+kubeconfig, "--node-name="+node.Name, "--taint="+cni.ToString(),
+			"--require-pod="+ns.Name+"/k8s-app=cni-agent", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"pod","reason":"no_pod"`))
+
+		By("the CNI agent's pod on this node, not Ready yet")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "cni-agent", Namespace: ns.Name, Labels: map[string]string{"k8s-app": "cni-agent"}},
+			Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "agent", Image: "example.com/cni"}}},
+		}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"pod","reason":"pod_not_ready"`))
+		Consistently(hasTaint(ctx, k8sClient, node.Name, cni.Key), "1s").Should(BeTrue())
+
+		By("the pod turning Ready")
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		start := time.Now()
+		Eventually(hasTaint(ctx, k8sClient, node.Name, cni.Key), 10*time.Second, 10*time.Millisecond).Should(BeFalse())
+		GinkgoWriter.Printf("the taint went %s after the pod turned Ready\n", time.Since(start))
+	})
+
 	It("exits with status 2 and one line naming the flag, without contacting the API server", func() {
 		var requests atomic.Int64
 		apiserver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -177,6 +205,8 @@ current-context: c
 			{[]string{"--ready-container=driver"}, "--ready-container"},
 			{[]string{"--ready-container=Not_A_Name"}, "--ready-container"},
 			{[]string{"--taint=a/b", "--require-condition=NetworkUnavailable=no"}, "-require-condition"},
+			{[]string{"--taint=a/b", "--require-pod=k8s-app=cni-agent"}, "-require-pod"},
+			{[]string{"--taint=a/b", "--require-condition=example.com/Ready", "--condition-type=example.com/Ready"}, "--require-condition"},
 			{[]string{"--dry-run", "--require-confinement"}, "--require-confinement"},
 			{[]string{"--max-wait=later"}, "-max-wait"},
 			{[]string{"--metrics-bind-address="}, "--metrics-bind-address"},

@@ -46,6 +46,8 @@ var installs = []install{
 	{name: "the EBS sidecar with continuous mode and a Node condition", dir: "testdata/continuous-sidecar"},
 	{name: "the EBS and EFS recipe: one agent, a group per driver", dir: "../../config/samples/ebs-efs"},
 	{name: "the Cilium recipe: a watched ready file, no CSI socket", dir: "../../config/samples/cilium"},
+	{name: "the Cilium recipe gated on the Cilium agent's pod", dir: "../../config/samples/cilium-pod",
+		podReads: "kube-system/startup-taint-remover-cilium-pod-startup-taint-remover-pods"},
 	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
 	{name: "the Helm chart for EBS with continuous mode and a Node condition", dir: chartDir, chart: &chartRelease{
 		name: "ebs", namespace: "ebs-csi", values: []string{chartDir + "/ci/ebs-values.yaml", "testdata/continuous-values.yaml"}}},
@@ -58,6 +60,8 @@ var installs = []install{
 type install struct {
 	name, dir string
 	chart     *chartRelease
+	// podReads is the one Role, NAMESPACE/NAME, that lets the agent read pods (--require-pod).
+	podReads string
 }
 
 func (in install) render() []*unstructured.Unstructured {
@@ -417,9 +421,15 @@ var _ = Describe("the rendered installs", func() {
 				for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
 					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
 				}
-				// No namespaced grant: pod reads come only with config/sidecar/ready-container.
-				Expect(only[rbacv1.RoleBinding](objs, "RoleBinding")).To(BeEmpty())
-				Expect(only[rbacv1.Role](objs, "Role")).To(BeEmpty())
+				// No namespaced grant but the pod reads of --require-pod, bound to the agent as well:
+				// otherwise pod reads come only with config/sidecar/ready-container.
+				for _, b := range only[rbacv1.RoleBinding](objs, "RoleBinding") {
+					Expect(in.podReads).To(Equal(b.Namespace+"/"+b.Name), "the install's one pod reader")
+					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
+				}
+				for _, role := range only[rbacv1.Role](objs, "Role") {
+					Expect(in.podReads).To(Equal(role.Namespace+"/"+role.Name), "the install's one pod reader")
+				}
 			})
 
 			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {
@@ -926,9 +936,26 @@ var _ = Describe("pod reads", func() {
 		return out
 	}
 
-	It("are granted by no install of the table, none of which uses --ready-container", func() {
+	It("are granted by no install of the table but a --require-pod one's, in the namespace it reads, to its agent only", func() {
 		for _, in := range installs {
-			Expect(grantsPods(in.render())).To(BeEmpty(), in.name)
+			objs := in.render()
+			if in.podReads == "" {
+				Expect(grantsPods(objs)).To(BeEmpty(), in.name)
+				continue
+			}
+			Expect(grantsPods(objs)).To(ConsistOf("Role "+in.podReads), in.name)
+			a := agentOf(objs)
+			var args []string
+			for _, ds := range only[appsv1.DaemonSet](objs, "DaemonSet") {
+				for _, c := range ds.Spec.Template.Spec.Containers {
+					args = append(args, c.Args...)
+				}
+			}
+			Expect(args).To(ContainElement(HavePrefix("--require-pod="+strings.Split(in.podReads, "/")[0]+"/")), in.name)
+			bindings := only[rbacv1.RoleBinding](objs, "RoleBinding")
+			Expect(bindings).To(HaveLen(1), in.name)
+			Expect(bindings[0].Namespace + "/" + bindings[0].RoleRef.Name).To(Equal(in.podReads))
+			Expect(bindings[0].Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Namespace: a.namespace, Name: a.serviceAccount}))
 		}
 	})
 

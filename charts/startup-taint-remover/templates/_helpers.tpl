@@ -74,6 +74,9 @@ groups:
   {{- with .requireConditions }}
   require-condition: {{ toJson . }}
   {{- end }}
+  {{- with .requirePods }}
+  require-pod: {{ toJson . }}
+  {{- end }}
   {{- with .conditionType }}
   condition-type: {{ . }}
   {{- end }}
