@@ -36,7 +36,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// DefaultProbeInterval is how often the local gates are probed when ProbeInterval is zero.
+// DefaultProbeInterval is how often the probed gates (gates.Probed) are checked when ProbeInterval is zero.
 const DefaultProbeInterval = time.Second
 
 // MaxRetryInterval caps the backoff between retries of a failing removal.
@@ -89,7 +89,7 @@ type NodeReconciler struct {
 	// one patch for all of them.
 	Groups []Group
 
-	// ProbeInterval is how often the local gates are probed; DefaultProbeInterval when zero.
+	// ProbeInterval is how often the probed gates (gates.Probed) are checked; DefaultProbeInterval when zero.
 	ProbeInterval time.Duration
 	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
 	// has passed, the startup taints are removed even though a gate does not pass, for clusters
@@ -358,7 +358,7 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
 	p.forced = notReady != nil && notReady.reason != gates.ReasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
 	if notReady != nil && !p.forced {
-		// Not an error to retry: the prober or the CSINode watch triggers the next reconcile,
+		// Not an error to retry: the prober or a gate's watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
 		r.reportWaiting(ctx, node, notReady, p.g.state.firstWait(notReady))
 		p.requeue = r.untilDeadline(node, now)
