@@ -184,7 +184,7 @@ chart-tool: $(LOCALBIN) ## Build hack/chart (the Helm Go SDK; go build skips it 
 	go -C hack/chart build -o "$(CHART_TOOL)" .
 
 .PHONY: envtest
-envtest: ## Build kube-apiserver, etcd and kubemark (the hollow kubelet) from their Go modules (once; skipped when present).
+envtest: ## Build kube-apiserver, etcd, kubemark (the hollow kubelet), kube-scheduler and kube-controller-manager from their Go modules (once; skipped when present).
 	@ENVTEST_K8S_VERSION=$(ENVTEST_K8S_VERSION) hack/envtest/build.sh "$(KUBEBUILDER_ASSETS)"
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -50,6 +51,14 @@ type Driver struct {
 	mu     sync.Mutex
 	server *grpc.Server
 	done   chan struct{}
+	// published are the volumes kubelet has published through the driver, in order.
+	published []Publish
+}
+
+// Publish is one NodePublishVolume call the driver answered: kubelet mounting a pod's volume.
+type Publish struct {
+	VolumeID, TargetPath string
+	At                   time.Time
 }
 
 // Start serves a driver named name on a new Unix socket at path, initially answering r.
@@ -160,4 +169,34 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 // NodeGetCapabilities implements csi.NodeServer: the driver needs no staging.
 func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	return &csi.NodeGetCapabilitiesResponse{}, nil
+}
+
+// NodePublishVolume implements csi.NodeServer: it records the call and creates the target
+// directory, which is all a test's kubelet, whose mounter is fake, needs.
+func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" || req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "fakecsi: volume ID and target path are required")
+	}
+	if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.published = append(d.published, Publish{VolumeID: req.GetVolumeId(), TargetPath: req.GetTargetPath(), At: time.Now()})
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume implements csi.NodeServer.
+func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if err := os.Remove(req.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// Published returns the volumes published so far, in order.
+func (d *Driver) Published() []Publish {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Publish(nil), d.published...)
 }
