@@ -28,9 +28,11 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
-// PatientRetry outlasts the conflicts of racing writers in tests, for minutes if it must: on a
-// machine busy with other test packages, a hundred retries (about 15 s) ran out once.
-var PatientRetry = wait.Backoff{Steps: 1000, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 200 * time.Millisecond}
+// PatientRetry outlasts the conflicts of racing writers in tests, for about a minute and a half if
+// it must: on a machine busy with other test packages, a hundred retries (about 15 s) ran out
+// once. The wait stays between 20 and 40 ms rather than growing to a Cap: wait.Backoff ends its
+// steps once the duration reaches Cap, which made the earlier 1000 steps about 20.
+var PatientRetry = wait.Backoff{Steps: 3000, Duration: 20 * time.Millisecond, Factor: 1, Jitter: 1}
 
 // PatchNode changes the Node name, read through reader, with one merge patch sent through
 // writer and locked to the resourceVersion it read, as the controller writes: a concurrent
