@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // connectivity reports the loss and the return of the API server once each. Without it every
@@ -23,6 +24,8 @@ type connectivity struct {
 	log logr.Logger
 	// ping asks the API server for something cheap; nil means it answered.
 	ping func(context.Context) error
+	// clock spaces the pings; the real clock when nil.
+	clock clock.Clock
 
 	mu   sync.Mutex
 	down bool
@@ -45,14 +48,21 @@ func (c *connectivity) watchError(ctx context.Context, r *toolscache.Reflector, 
 	go c.awaitRecovery(ctx)
 }
 
-// awaitRecovery asks the API server for its version, with capped backoff, until it answers.
+// awaitRecovery asks the API server for its version, with capped backoff, until it answers. It
+// steps the backoff itself: wait.ExponentialBackoff gives up once the delay reaches Cap (its steps
+// end there), and an outage of a minute would then be reported as over.
 func (c *connectivity) awaitRecovery(ctx context.Context) {
+	clk := c.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
-	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-		return c.ping(ctx) == nil, nil
-	})
-	if ctx.Err() != nil {
-		return
+	for c.ping(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-clk.After(backoff.Step()):
+		}
 	}
 	c.mu.Lock()
 	c.down = false
