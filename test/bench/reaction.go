@@ -358,15 +358,12 @@ func allocatableTrial(ctx context.Context, l *lane) (time.Time, error) {
 			return l.e.c.Status().Update(ctx, node)
 		})
 	}
-	if err := setAllocatable("0"); err != nil {
-		return time.Time{}, err
-	}
-	if err := l.holdTaint(ctx); err != nil {
-		return time.Time{}, err
-	}
-	l.drain()
-	t0 := time.Now()
-	return t0, setAllocatable("1")
+	return flipTrial(ctx, l, func(on bool) error {
+		if on {
+			return setAllocatable("1")
+		}
+		return setAllocatable("0")
+	})
 }
 
 // conditionTrial turns the Node condition False, and then True with a status update, as another
@@ -384,15 +381,7 @@ func conditionTrial(ctx context.Context, l *lane) (time.Time, error) {
 			return l.e.c.Status().Update(ctx, node)
 		})
 	}
-	if err := setCondition(corev1.ConditionFalse); err != nil {
-		return time.Time{}, err
-	}
-	if err := l.holdTaint(ctx); err != nil {
-		return time.Time{}, err
-	}
-	l.drain()
-	t0 := time.Now()
-	return t0, setCondition(corev1.ConditionTrue)
+	return flipTrial(ctx, l, func(on bool) error { return setCondition(conditionStatus(on)) })
 }
 
 // podTrial turns the lane's pod not Ready, and then Ready with a status update, as kubelet does
@@ -408,7 +397,13 @@ func podTrial(ctx context.Context, l *lane) (time.Time, error) {
 			return l.e.c.Status().Update(ctx, pod)
 		})
 	}
-	if err := setReady(corev1.ConditionFalse); err != nil {
+	return flipTrial(ctx, l, func(on bool) error { return setReady(conditionStatus(on)) })
+}
+
+// flipTrial turns off what the lane's agent waits for, holds the taint, and turns it on again as
+// its producer would: the trial's start is that write.
+func flipTrial(ctx context.Context, l *lane, set func(on bool) error) (time.Time, error) {
+	if err := set(false); err != nil {
 		return time.Time{}, err
 	}
 	if err := l.holdTaint(ctx); err != nil {
@@ -416,7 +411,14 @@ func podTrial(ctx context.Context, l *lane) (time.Time, error) {
 	}
 	l.drain()
 	t0 := time.Now()
-	return t0, setReady(corev1.ConditionTrue)
+	return t0, set(true)
+}
+
+func conditionStatus(on bool) corev1.ConditionStatus {
+	if on {
+		return corev1.ConditionTrue
+	}
+	return corev1.ConditionFalse
 }
 
 func readdTrial(ctx context.Context, l *lane) (time.Time, error) {
