@@ -34,8 +34,8 @@ type CSIGate struct {
 	answered   bool
 }
 
-// NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. Each check
-// gives up after timeout, so a hung driver reads as not ready instead of blocking the prober. No
+// NewCSIGate returns a gate for the CSI driver listening on the Unix socket at path. The prober
+// gives each check timeout (Probed), so a hung driver reads as not ready instead of blocking it. No
 // connection is made until the first check: a socket that does not exist yet is not an error.
 func NewCSIGate(path string, timeout time.Duration) (*CSIGate, error) {
 	if path == "" {

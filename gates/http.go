@@ -24,7 +24,7 @@ type HTTPGate struct {
 	client  *http.Client
 }
 
-// NewHTTPGate returns a gate for url; each request gives up after timeout.
+// NewHTTPGate returns a gate for url; the prober gives each request timeout (Probed).
 func NewHTTPGate(url string, timeout time.Duration) *HTTPGate {
 	return &HTTPGate{url: url, timeout: timeout, client: &http.Client{}}
 }
