@@ -271,8 +271,10 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
 				r.anyGroup(func(g *group) bool {
-					return slices.ContainsFunc(g.checks, func(c check) bool {
-						n, ok := c.gate.(gates.NodeReader)
+					// The configured gates, never g.checks: the informer's goroutine runs this
+					// while the reconcile writes the checks' logs.
+					return slices.ContainsFunc(g.Gates, func(gate gates.Gate) bool {
+						n, ok := gate.(gates.NodeReader)
 						return ok && n.NodeChanged(oldNode, newNode)
 					})
 				})
