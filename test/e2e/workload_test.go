@@ -1,85 +1,21 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
-
-// notRegistered is kubelet's message for a mount of a driver it has not registered yet: the
-// failure a startup taint exists to prevent.
-const notRegistered = "not found in the list of registered CSI drivers"
-
-// failedMounts counts kubelet's log lines of failed mounts of the test driver's volumes.
-type failedMounts struct {
-	mu       sync.Mutex
-	n        int
-	partial  []byte
-	examples []string
-}
-
-func (f *failedMounts) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.partial = append(f.partial, p...)
-	for {
-		i := bytes.IndexByte(f.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(f.partial[:i])
-		f.partial = f.partial[i+1:]
-		if strings.Contains(line, "MountVolume.SetUp failed") && strings.Contains(line, driverName) {
-			f.n++
-			if len(f.examples) < 3 {
-				f.examples = append(f.examples, line)
-			}
-		}
-	}
-	return len(p), nil
-}
-
-func (f *failedMounts) count() (int, []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n, append([]string(nil), f.examples...)
-}
-
-// startControlPlaneComponent runs kube-scheduler or kube-controller-manager, built beside the
-// envtest binaries, against the test API server until the suite ends.
-func startControlPlaneComponent(name string, args ...string) {
-	GinkgoHelper()
-	path := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), name)
-	_, err := os.Stat(path)
-	Expect(err).NotTo(HaveOccurred(), "run `make envtest`")
-	cmd := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	Expect(cmd.Start()).To(Succeed())
-	DeferCleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		_, _ = cmd.Process.Wait()
-	})
-}
 
 // workloadRun is what one node's start did to the pods that need its driver.
 type workloadRun struct {
@@ -92,16 +28,7 @@ type workloadRun struct {
 // workloadPod creates a pod that needs the driver and may only run on node, until the spec ends.
 func workloadPod(ctx context.Context, node, name string) *corev1.Pod {
 	GinkgoHelper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: node},
-			Containers: []corev1.Container{{Name: "app", Image: "example.com/app",
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				CSI: &corev1.CSIVolumeSource{Driver: driverName}}}},
-		},
-	}
+	pod := workload.Pod("default", name, node, driverName)
 	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
@@ -115,7 +42,7 @@ type workloadNode struct {
 	name     string
 	kubelet  *hollowkubelet.Kubelet
 	driver   *fakecsi.Driver
-	failures *failedMounts
+	failures *workload.MountFailures
 }
 
 // startWorkloadNode creates pods pods that need the driver before their node joins, and starts
@@ -127,7 +54,7 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 	for i := range pods {
 		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
 	}
-	failures := &failedMounts{}
+	failures := workload.NewMountFailures(driverName)
 	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
 		RegisterWithTaints: []corev1.Taint{startupTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
 	Expect(err).NotTo(HaveOccurred())
@@ -141,7 +68,7 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 }
 
 // runWorkload starts a node with three pods that need its driver (startWorkloadNode), registers
-// the driver with kubelet 4 s late, as a slow registrar does, and waits until kubelet has
+// the driver with kubelet workload.RegistrarDelay late, as a slow registrar does, and waits until kubelet has
 // published every pod's volume through the driver.
 func runWorkload(ctx context.Context, node string, agentArgs ...string) workloadRun {
 	GinkgoHelper()
@@ -154,25 +81,22 @@ func runWorkload(ctx context.Context, node string, agentArgs ...string) workload
 		Eventually(hasTaint(ctx, k8sClient, node, startupTaint.Key), time.Minute, 10*time.Millisecond).Should(BeFalse())
 		taintGone <- time.Now()
 	}()
-	time.Sleep(4 * time.Second) // the registrar's delay
+	time.Sleep(workload.RegistrarDelay)
 	register(kubelet, driver)
 	Eventually(func() int { return len(driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods),
 		"kubelet publishes every pod's volume")
 	run := workloadRun{published: driver.Published()}
-	run.failed, run.examples = failures.count()
+	run.failed, run.examples = failures.Count()
 	Eventually(taintGone).Should(Receive(&run.taintGone))
 	return run
 }
 
 var _ = Describe("a workload that needs the driver, with the real scheduler and kubelet", Serial, Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
-		startControlPlaneComponent("kube-scheduler")
-		startControlPlaneComponent("kube-controller-manager", "--controllers=node-lifecycle-controller,taint-eviction-controller",
-			"--use-service-account-credentials=false", "--node-monitor-period=1s")
-		csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: storagev1.CSIDriverSpec{
-			AttachRequired:       ptr.To(false),
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
-		}}
+		cp, err := workload.StartControlPlane(kubeconfig, io.Discard)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cp.Stop)
+		csiDriver := workload.CSIDriver(driverName)
 		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, csiDriver))).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiDriver))).To(Succeed()) })
 	})
@@ -216,7 +140,7 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		By("the driver healthy again: the taint goes, and the new pod's volume is published")
 		n.driver.SetReadiness(fakecsi.Ready)
 		Eventually(func() int { return len(n.driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", 3))
-		failed, examples := n.failures.count()
+		failed, examples := n.failures.Count()
 		Expect(failed).To(BeZero(), "failed mounts: %v", examples)
 	})
 
@@ -227,10 +151,10 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKey{Name: node}, created) }, time.Minute).Should(Succeed())
 		Eventually(hasTaint(ctx, k8sClient, node, startupTaint.Key), time.Minute, 50*time.Millisecond).Should(BeFalse())
 		Expect(time.Since(created.CreationTimestamp.Time)).To(BeNumerically(">=", 4*time.Second), "not before the deadline")
-		Eventually(func() int { failed, _ := n.failures.count(); return failed }, time.Minute).Should(BeNumerically(">", 0),
+		Eventually(func() int { failed, _ := n.failures.Count(); return failed }, time.Minute).Should(BeNumerically(">", 0),
 			"fail-open lets the pod in, and kubelet cannot mount its volume")
-		_, examples := n.failures.count()
-		Expect(examples).To(ContainElement(ContainSubstring(notRegistered)))
+		_, examples := n.failures.Count()
+		Expect(examples).To(ContainElement(ContainSubstring(workload.NotRegistered)))
 		Expect(n.driver.Published()).To(BeEmpty())
 	})
 
@@ -238,6 +162,6 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		run := runWorkload(ctx, "e2e-workload-early", "--require-csinode=false")
 		GinkgoWriter.Printf("--require-csinode=false: %d failed mounts, %d volumes published\n", run.failed, len(run.published))
 		Expect(run.failed).To(BeNumerically(">", 0))
-		Expect(run.examples).To(ContainElement(ContainSubstring(notRegistered)))
+		Expect(run.examples).To(ContainElement(ContainSubstring(workload.NotRegistered)))
 	})
 })

@@ -6,7 +6,10 @@ package expectations
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -104,6 +107,21 @@ func EventCount(ctx context.Context, c client.Reader, node, reason string) (int,
 		}
 	}
 	return n, nil
+}
+
+// EnvtestBinary returns the path of a binary hack/envtest builds beside the envtest binaries
+// (KUBEBUILDER_ASSETS): kubemark, kube-scheduler or kube-controller-manager. Its error says how
+// to build it.
+func EnvtestBinary(name string) (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		return "", errors.New("KUBEBUILDER_ASSETS is not set: run the tests through make, or set it")
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no %s at %s: run `make envtest`: %w", name, path, err)
+	}
+	return path, nil
 }
 
 // FreeAddr returns a loopback address whose port was free a moment ago.

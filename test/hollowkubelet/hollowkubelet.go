@@ -24,20 +24,6 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
-// Binary returns the path of the kubemark binary beside the envtest binaries
-// (KUBEBUILDER_ASSETS), or an error saying how to build it.
-func Binary() (string, error) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	path := filepath.Join(dir, "kubemark")
-	if dir == "" {
-		return "", errors.New("KUBEBUILDER_ASSETS is not set: run the tests through make, or set it")
-	}
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("no kubemark at %s: run `make envtest`: %w", path, err)
-	}
-	return path, nil
-}
-
 // Kubelet is a running hollow kubelet.
 type Kubelet struct {
 	// Node is the name it registers.
@@ -53,7 +39,7 @@ type Kubelet struct {
 
 // Options say how to start a hollow kubelet.
 type Options struct {
-	// Binary is kubemark's path; Binary() when empty.
+	// Binary is kubemark's path; the one beside the envtest binaries when empty.
 	Binary string
 	// Kubeconfig is the identity the kubelet talks to the API server with.
 	Kubeconfig string
@@ -75,7 +61,7 @@ var rootDirLine = regexp.MustCompile(`Using (\S+) as root dir for hollow-kubelet
 func Start(o Options) (*Kubelet, error) {
 	var err error
 	if o.Binary == "" {
-		if o.Binary, err = Binary(); err != nil {
+		if o.Binary, err = expectations.EnvtestBinary("kubemark"); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,151 @@
+// Package workload is what the tests, the benchmark and the demo need to run pods that use a CSI
+// driver on a hollow node: the scheduler and the node lifecycle controller that place them (built
+// beside the envtest binaries by hack/envtest), the pods and the CSIDriver object their inline
+// volumes need, and a count of the mounts kubelet failed.
+package workload
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+)
+
+// NotRegistered is kubelet's message for a mount of a driver it has not registered yet: the
+// failure a startup taint exists to prevent.
+const NotRegistered = "not found in the list of registered CSI drivers"
+
+// RegistrarDelay is how long after its driver a slow node-driver-registrar registers it with
+// kubelet, in the tests, the benchmark and the demo: long enough that a pod placed on the node
+// when the driver first answers reaches kubelet before the driver does.
+const RegistrarDelay = 4 * time.Second
+
+// ControlPlane is kube-scheduler and kube-controller-manager running against an API server.
+type ControlPlane struct {
+	cmds []*exec.Cmd
+}
+
+// StartControlPlane runs kube-scheduler, and kube-controller-manager with only the controllers a
+// workload on a hollow node needs: node lifecycle, which removes kubelet's not-ready taint once the
+// Node is Ready, and taint eviction. Both use kubeconfig, an admin's, and write their logs to log.
+func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) {
+	cp := &ControlPlane{}
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{name: "kube-scheduler"},
+		{name: "kube-controller-manager", args: []string{"--controllers=node-lifecycle-controller,taint-eviction-controller",
+			"--use-service-account-credentials=false", "--node-monitor-period=1s"}},
+	} {
+		path, err := expectations.EnvtestBinary(c.name)
+		if err != nil {
+			cp.Stop()
+			return nil, err
+		}
+		cmd := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}, c.args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			cp.Stop()
+			return nil, fmt.Errorf("starting %s: %w", c.name, err)
+		}
+		cp.cmds = append(cp.cmds, cmd)
+	}
+	return cp, nil
+}
+
+// Stop ends both components (SIGTERM, then SIGKILL after 10 s) and waits for them.
+func (cp *ControlPlane) Stop() {
+	for _, cmd := range cp.cmds {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	}
+	cp.cmds = nil
+}
+
+// CSIDriver is the CSIDriver object of a driver that serves inline (ephemeral) volumes and needs
+// no attach: kubelet refuses an inline volume of a driver without one.
+func CSIDriver(driver string) *storagev1.CSIDriver {
+	return &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired:       ptr.To(false),
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
+	}}
+}
+
+// Pod is a pod that may only run on node and mounts an inline volume of driver. It tolerates
+// no startup taint, so it is scheduled only once the node's taints are gone.
+func Pod(namespace, name, node, driver string, tolerations ...corev1.Toleration) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			Tolerations:  tolerations,
+			Containers: []corev1.Container{{Name: "app", Image: "example.com/app",
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				CSI: &corev1.CSIVolumeSource{Driver: driver}}}},
+		},
+	}
+}
+
+// MountFailures counts kubelet's log lines of failed mounts of one driver's volumes; give it
+// kubelet's log (hollowkubelet.Options.Log). The hollow kubelet's events never reach the API
+// server, so its log is where a failed mount shows.
+type MountFailures struct {
+	driver   string
+	mu       sync.Mutex
+	n        int
+	partial  []byte
+	examples []string
+}
+
+// NewMountFailures counts the failed mounts of driver's volumes.
+func NewMountFailures(driver string) *MountFailures { return &MountFailures{driver: driver} }
+
+// Write implements io.Writer.
+func (f *MountFailures) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.partial = append(f.partial, p...)
+	for {
+		i := bytes.IndexByte(f.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(f.partial[:i])
+		f.partial = f.partial[i+1:]
+		if strings.Contains(line, "MountVolume.SetUp failed") && strings.Contains(line, f.driver) {
+			f.n++
+			if len(f.examples) < 3 {
+				f.examples = append(f.examples, line)
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// Count returns how many mounts failed so far, and up to three of their log lines.
+func (f *MountFailures) Count() (int, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n, append([]string(nil), f.examples...)
+}
