@@ -24,16 +24,25 @@ rules:
 	return a, os.WriteFile(a.policyPath, []byte(policy), 0o600)
 }
 
-// counts returns, for user, how many requests of each verb the API server has logged. A request
-// (a watch spans two stages) is counted once.
+// counts returns, for user, how many requests of each verb the API server has logged.
 func (a *auditLog) counts(user string) (map[string]int, error) {
+	byUser, err := a.byUser(user)
+	return byUser[user], err
+}
+
+// byUser returns, for each of users, how many requests of each verb the API server has logged,
+// reading the log once. A request (a watch spans two stages) is counted once.
+func (a *auditLog) byUser(users ...string) (map[string]map[string]int, error) {
 	f, err := os.Open(a.logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
+	out := map[string]map[string]int{}
+	for _, u := range users {
+		out[u] = map[string]int{}
+	}
 	seen := map[string]bool{}
-	out := map[string]int{}
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 1<<20), 1<<24)
 	for s.Scan() {
@@ -44,11 +53,11 @@ func (a *auditLog) counts(user string) (map[string]int, error) {
 				Username string `json:"username"`
 			} `json:"user"`
 		}
-		if err := json.Unmarshal(s.Bytes(), &ev); err != nil || ev.User.Username != user || seen[ev.AuditID] {
+		if err := json.Unmarshal(s.Bytes(), &ev); err != nil || out[ev.User.Username] == nil || seen[ev.AuditID] {
 			continue
 		}
 		seen[ev.AuditID] = true
-		out[ev.Verb]++
+		out[ev.User.Username][ev.Verb]++
 	}
 	return out, s.Err()
 }

@@ -11,7 +11,10 @@
 //  3. a fleet start: 1,000 agents, each with its own client and own-node cache, untainting 1,000
 //     Nodes at once;
 //  4. the start sequence with the real kubelet (kubemark's hollow node): the driver and its
-//     registrar start, kubelet writes the CSINode entry, the binary removes the taint.
+//     registrar start, kubelet writes the CSINode entry, the binary removes the taint;
+//  5. the outcome, by removal strategy: hollow nodes boot together while pods that need their
+//     driver wait, the real scheduler places the pods, and kubelet mounts their volumes through
+//     the driver, or fails to.
 package main
 
 import (
@@ -45,6 +48,10 @@ type benchConfig struct {
 	sizes                        []int
 	idle                         time.Duration
 	fleet                        int
+	// workloadFleets are how many nodes boot together in the workload scenario, each size for
+	// workloadTrials nodes per strategy.
+	workloadFleets []int
+	workloadTrials int
 }
 
 // env is the control plane every measurement shares.
@@ -71,16 +78,18 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "100,1000,5000", "cluster sizes (Node objects) for the memory runs")
 	flag.DurationVar(&c.idle, "idle", 5*time.Minute, "idle period over which periodic requests are counted")
 	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet",
-		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md; all by default")
+	fleets := flag.String("workload-nodes", "1,10,20", "hollow nodes booting together in the workload scenario, each size in turn")
+	flag.IntVar(&c.workloadTrials, "workload-trials", 100, "nodes per strategy and size in the workload scenario")
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload",
+		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet":
+		case "reaction", "memory", "fleet", "kubelet", "workload":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload\n", s)
 			os.Exit(2)
 		}
 	}
@@ -88,13 +97,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --scenarios: reaction, memory and fleet make one report; ask for all three or none")
 		os.Exit(2)
 	}
-	for _, s := range strings.Split(sizes, ",") {
-		var n int
-		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bench: --sizes: %q is not a positive number\n", s)
-			os.Exit(2)
-		}
-		c.sizes = append(c.sizes, n)
+	c.sizes = positives("--sizes", sizes)
+	c.workloadFleets = positives("--workload-nodes", *fleets)
+	if c.workloadTrials < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --workload-trials: must be positive")
+		os.Exit(2)
 	}
 	if err := run(c); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -102,11 +109,25 @@ func main() {
 	}
 }
 
+// positives parses a flag's comma-separated positive numbers, or exits with status 2 naming it.
+func positives(name, value string) []int {
+	var out []int
+	for _, s := range strings.Split(value, ",") {
+		var n int
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: %s: %q is not a positive number\n", name, s)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 func run(c benchConfig) error {
 	// The agents run in this process are stopped mid-request between scenarios; their errors
 	// then are expected noise.
 	ctrl.SetLogger(logr.Discard())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	start := time.Now()
 
@@ -129,6 +150,19 @@ func run(c benchConfig) error {
 		md := k.markdown(machine(), time.Since(kstart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "kubelet.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["workload"] {
+		logf("pods that need the driver, by removal strategy: %d nodes each, %v booting together", c.workloadTrials, c.workloadFleets)
+		wstart := time.Now()
+		w, err := measureWorkload(ctx, e, c.binary, c.workloadFleets, c.workloadTrials)
+		if err != nil {
+			return fmt.Errorf("pods that need the driver: %w", err)
+		}
+		md := workloadMarkdown(w, machine(), time.Since(wstart))
+		fmt.Println(md)
+		if err := os.WriteFile(filepath.Join(c.out, "workload.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}
