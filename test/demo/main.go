@@ -1,7 +1,10 @@
 // Command demo runs startup-taint-remover end to end on a local control plane: an envtest API
-// server, a real kubelet (kubemark's hollow node) that registers its Node with a startup taint, a
-// demo CSI driver on a Unix socket that registers with kubelet as node-driver-registrar does, and
-// the real binary. It prints each step with the time it took. `make demo` runs it.
+// server with the real scheduler and node lifecycle controller, a real kubelet (kubemark's hollow
+// node) that registers its Node with a startup taint, a demo CSI driver on a Unix socket that
+// registers with kubelet as node-driver-registrar does, the real binary, and a pod that needs the
+// driver's volume. It prints each step with the time it took, and what happened to the pod: held
+// while the taint was on, then scheduled, and its volume mounted without a failed attempt.
+// `make demo` runs it.
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,12 +31,19 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
 const (
-	nodeName   = "demo-node"
-	driverName = "ebs.csi.aws.com"
+	nodeName     = "demo-node"
+	driverName   = "ebs.csi.aws.com"
+	podNamespace = "default"
+	podName      = "demo-app"
 )
+
+// dedicated is the node's other taint, which the demo's pod tolerates: the agent leaves it alone.
+var dedicated = corev1.Toleration{Key: "example.com/dedicated", Operator: corev1.TolerationOpEqual, Value: "storage",
+	Effect: corev1.TaintEffectNoSchedule}
 
 func main() {
 	binary := flag.String("binary", "bin/startup-taint-remover", "path of the startup-taint-remover binary")
@@ -84,9 +95,28 @@ func run(binary string) error {
 	}
 	done()
 
+	done = step("starting kube-scheduler and kube-controller-manager (node lifecycle and taint eviction)")
+	cp, err := workload.StartControlPlane(kubeconfig, io.Discard)
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	done()
+
+	done = step("creating pod %s/%s, which mounts an inline volume of %s and may only run on %s", podNamespace, podName, driverName, nodeName)
+	if err := c.Create(ctx, workload.CSIDriver(driverName)); err != nil {
+		return err
+	}
+	pod := workload.Pod(podNamespace, podName, nodeName, driverName, dedicated)
+	if err := c.Create(ctx, pod); err != nil {
+		return err
+	}
+	done()
+
 	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
+	failures := workload.NewMountFailures(driverName)
 	done = step("starting kubelet (kubemark's hollow node), which registers node %s with its startup taint and another taint", nodeName)
-	kubelet, err := startKubelet(work, kubeconfig, startup)
+	kubelet, err := startKubelet(work, kubeconfig, failures, startup)
 	if err != nil {
 		return err
 	}
@@ -135,6 +165,9 @@ func run(binary string) error {
 		return fmt.Errorf("the binary never probed the driver: %w", err)
 	}
 	done()
+	if err := printPending(ctx, c); err != nil {
+		return err
+	}
 	if err := printTaints(ctx, c, "driver ready, not yet registered with kubelet"); err != nil {
 		return err
 	}
@@ -146,13 +179,20 @@ func run(binary string) error {
 		return err
 	}
 	defer reg.Unregister()
-	if err := timeRemoval(ctx, c, registering, startup); err != nil {
+	gone, err := timeRemoval(ctx, c, registering, startup)
+	if err != nil {
 		return err
 	}
 	done()
 	if err := printTaints(ctx, c, "after"); err != nil {
 		return err
 	}
+
+	done = step("waiting for the scheduler to place the pod, and for kubelet to mount its volume through the driver")
+	if err := timePod(ctx, c, driver, failures, gone); err != nil {
+		return err
+	}
+	done()
 
 	if err := printMetrics(ctx, metricsAddr); err != nil {
 		return err
@@ -170,15 +210,16 @@ func run(binary string) error {
 	return nil
 }
 
-// startKubelet starts kubemark's hollow kubelet, logging to a file in work, registering its Node
-// with the startup taint and another one.
-func startKubelet(work, kubeconfig string, startup corev1.Taint) (*hollowkubelet.Kubelet, error) {
+// startKubelet starts kubemark's hollow kubelet, logging to a file in work and to failures,
+// registering its Node with the startup taint and another one.
+func startKubelet(work, kubeconfig string, failures io.Writer, startup corev1.Taint) (*hollowkubelet.Kubelet, error) {
 	kubeletLog, err := os.Create(filepath.Join(work, "kubelet.log"))
 	if err != nil {
 		return nil, err
 	}
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: nodeName, Log: kubeletLog,
-		RegisterWithTaints: []corev1.Taint{startup, {Key: "example.com/dedicated", Value: "storage", Effect: corev1.TaintEffectNoSchedule}}})
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: nodeName,
+		Log:                io.MultiWriter(kubeletLog, failures),
+		RegisterWithTaints: []corev1.Taint{startup, {Key: dedicated.Key, Value: dedicated.Value, Effect: dedicated.Effect}}})
 	if err != nil {
 		_ = kubeletLog.Close()
 		return nil, err
@@ -187,8 +228,8 @@ func startKubelet(work, kubeconfig string, startup corev1.Taint) (*hollowkubelet
 }
 
 // timeRemoval waits for kubelet to write the driver into CSINode and for the startup taint to go,
-// and prints how long each took.
-func timeRemoval(ctx context.Context, c client.Client, registering time.Time, startup corev1.Taint) error {
+// prints how long each took, and returns when the taint went.
+func timeRemoval(ctx context.Context, c client.Client, registering time.Time, startup corev1.Taint) (time.Time, error) {
 	var written time.Time
 	if err := waitFor(ctx, func() bool {
 		cn := &storagev1.CSINode{}
@@ -203,7 +244,7 @@ func timeRemoval(ctx context.Context, c client.Client, registering time.Time, st
 		}
 		return false
 	}); err != nil {
-		return fmt.Errorf("kubelet did not register the driver: %w", err)
+		return time.Time{}, fmt.Errorf("kubelet did not register the driver: %w", err)
 	}
 	fmt.Printf("    kubelet wrote the driver into CSINode %s after the registrar started\n", written.Sub(registering).Round(time.Millisecond))
 	if err := waitFor(ctx, func() bool {
@@ -218,9 +259,71 @@ func timeRemoval(ctx context.Context, c client.Client, registering time.Time, st
 		}
 		return true
 	}); err != nil {
-		return fmt.Errorf("the startup taint was not removed: %w", err)
+		return time.Time{}, fmt.Errorf("the startup taint was not removed: %w", err)
 	}
-	fmt.Printf("    startup taint removed %s after kubelet's CSINode write\n", time.Since(written).Round(time.Millisecond))
+	gone := time.Now()
+	fmt.Printf("    startup taint removed %s after kubelet's CSINode write\n", gone.Sub(written).Round(time.Millisecond))
+	return gone, nil
+}
+
+// printPending waits until the node lifecycle controller has lifted kubelet's not-ready taint,
+// so that only the startup taint keeps the pod off the node, and prints the scheduler's reason.
+func printPending(ctx context.Context, c client.Client) error {
+	if err := waitFor(ctx, func() bool {
+		n := &corev1.Node{}
+		return c.Get(ctx, client.ObjectKey{Name: nodeName}, n) == nil && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == corev1.TaintNodeNotReady
+		})
+	}); err != nil {
+		return fmt.Errorf("the node lifecycle controller did not lift kubelet's not-ready taint: %w", err)
+	}
+	fmt.Printf("    the node lifecycle controller lifted %s: the node is Ready\n", corev1.TaintNodeNotReady)
+	pod := &corev1.Pod{}
+	var reason string
+	if err := waitFor(ctx, func() bool {
+		if c.Get(ctx, client.ObjectKey{Namespace: podNamespace, Name: podName}, pod) != nil {
+			return false
+		}
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && strings.Contains(cond.Message, "untolerated taint") {
+				reason = cond.Message
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		return fmt.Errorf("the scheduler did not consider the pod: %w", err)
+	}
+	fmt.Printf("    pod %s: %s, not scheduled: %s\n", podName, pod.Status.Phase, reason)
+	return nil
+}
+
+// timePod waits until the pod is scheduled and kubelet has published its volume through the
+// driver, and prints when each happened after the taint went, and how many mounts failed.
+func timePod(ctx context.Context, c client.Client, driver *fakecsi.Driver, failures *workload.MountFailures, gone time.Time) error {
+	var scheduled time.Time
+	if err := waitFor(ctx, func() bool {
+		pod := &corev1.Pod{}
+		if c.Get(ctx, client.ObjectKey{Namespace: podNamespace, Name: podName}, pod) != nil || pod.Spec.NodeName == "" {
+			return false
+		}
+		scheduled = time.Now()
+		return true
+	}); err != nil {
+		return fmt.Errorf("the scheduler did not place the pod: %w", err)
+	}
+	fmt.Printf("    pod %s scheduled to %s %s after the taint went\n", podName, nodeName, scheduled.Sub(gone).Round(time.Millisecond))
+	if err := waitFor(ctx, func() bool { return len(driver.Published()) > 0 }); err != nil {
+		return fmt.Errorf("kubelet did not mount the pod's volume: %w", err)
+	}
+	published := driver.Published()[0]
+	fmt.Printf("    kubelet published its volume through the driver (NodePublishVolume) %s after the taint went\n",
+		published.At.Sub(gone).Round(time.Millisecond))
+	failed, examples := failures.Count()
+	fmt.Printf("    %d failed mounts\n", failed)
+	if failed > 0 {
+		return fmt.Errorf("kubelet failed %d mounts, first: %s", failed, examples[0])
+	}
 	return nil
 }
 
