@@ -73,19 +73,24 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix
 
 .PHONY: bench
-bench: envtest build ## Benchmark reaction time, memory and API cost, a fleet start and the start with a real kubelet; writes docs/bench/.
+bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet and pods by removal strategy; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
 	go build -o bin/bench-floor ./test/bench/floor
 	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench
 
+# The demo builds the binary without vet's checks, which on a fresh machine would first compile
+# every test dependency.
 .PHONY: demo
-demo: envtest build ## Run the binary against a local control plane, a hollow kubelet and a demo CSI driver.
+demo: envtest binary ## Run the binary against a local control plane, a hollow kubelet, a demo CSI driver and a pod that needs it.
 	go run ./test/demo --binary=bin/startup-taint-remover
 
 ##@ Build
 
 .PHONY: build
-build: fmt vet ## Build the startup-taint-remover binary.
+build: fmt vet binary ## Check (fmt, vet) and build the startup-taint-remover binary.
+
+.PHONY: binary
+binary: ## Build the startup-taint-remover binary alone.
 	go build -ldflags "$(LDFLAGS)" -o bin/startup-taint-remover ./cmd
 
 .PHONY: run

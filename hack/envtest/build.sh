@@ -24,25 +24,28 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=v$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 
 cd "$here"
-# Each binary is moved into place only once built, so an interrupted build is never mistaken for
-# a done one.
-if [[ ! -x $dest/kube-apiserver || ! -x $dest/etcd ]]; then
-  echo "building kube-apiserver v$version and etcd into $dest (first time only; takes minutes)" >&2
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
-  mv "$tmp/etcd" "$dest/etcd"
-  mv "$tmp/kube-apiserver" "$dest/kube-apiserver"
-fi
-if [[ ! -x $dest/kubemark ]]; then
-  echo "building kubemark v$version (the hollow kubelet) into $dest (first time only; takes minutes)" >&2
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kubemark" k8s.io/kubernetes/cmd/kubemark
-  mv "$tmp/kubemark" "$dest/kubemark"
-fi
-# Built after kube-apiserver, from the same module and build cache: about a minute each.
-for cmd in kube-scheduler kube-controller-manager; do
-  if [[ ! -x $dest/$cmd ]]; then
-    echo "building $cmd v$version into $dest (first time only)" >&2
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
-    mv "$tmp/$cmd" "$dest/$cmd"
-  fi
+# One go build for every missing binary: they share most packages, and on a fresh machine one
+# invocation keeps both cores busy through the links, which separate builds run one at a time.
+# etcd's main package is go.etcd.io/etcd/server/v3, which go build names "server".
+declare -A pkgs=(
+  [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+  [etcd]=go.etcd.io/etcd/server/v3
+  [kubemark]=k8s.io/kubernetes/cmd/kubemark
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+)
+missing=()
+for bin in "${!pkgs[@]}"; do
+  [[ -x $dest/$bin ]] || missing+=("$bin")
+done
+echo "building ${missing[*]} v$version into $dest (first time only; takes minutes)" >&2
+args=()
+for bin in "${missing[@]}"; do args+=("${pkgs[$bin]}"); done
+# The -X flags set the Kubernetes binaries' version; go ignores them for a binary without that package.
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${args[@]}"
+[[ ! -e $tmp/server ]] || mv "$tmp/server" "$tmp/etcd"
+# Each binary is moved into place only once all are built, so an interrupted build is never
+# mistaken for a done one.
+for bin in "${missing[@]}"; do
+  mv "$tmp/$bin" "$dest/$bin"
 done
