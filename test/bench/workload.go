@@ -56,7 +56,17 @@ type strategyResult struct {
 	createdToPublished, goneToScheduled []time.Duration
 	// requests are the agent's API requests per node, over its start.
 	requests []int
+	// stalls say why a node waited more than stallAfter for its last volume.
+	stalls []string
 }
+
+// stallAfter is how long after its creation a node's last volume must be published before the
+// report names the node and says which component held it. The scheduler retries a pod it missed
+// an event for after at most 5 minutes, so a node's run waits for longer than that.
+const (
+	stallAfter  = time.Minute
+	nodeTimeout = 6 * time.Minute
+)
 
 // workloadNode is one node of a round: kubelet, its driver, the agent, and what the watches saw.
 type workloadNode struct {
@@ -69,7 +79,29 @@ type workloadNode struct {
 	failures   *workload.MountFailures
 	created    time.Time
 	taintGone  time.Time
-	scheduled  time.Time
+	// scheduled is when each of its pods was seen bound to it.
+	scheduled map[string]time.Time
+}
+
+// firstScheduled and lastScheduled are when the node's first and last pod were bound to it.
+func (n *workloadNode) firstScheduled() time.Time {
+	var first time.Time
+	for _, t := range n.scheduled {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
+func (n *workloadNode) lastScheduled() time.Time {
+	var last time.Time
+	for _, t := range n.scheduled {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // measureWorkload runs each strategy on trials nodes, for each of fleets that many booting at
@@ -148,7 +180,13 @@ func (r *strategyResult) add(e *env, nodes []*workloadNode) error {
 		published := n.driver.Published()
 		r.createdToPublished = append(r.createdToPublished, published[0].At.Sub(n.created))
 		if !n.taintGone.IsZero() {
-			r.goneToScheduled = append(r.goneToScheduled, n.scheduled.Sub(n.taintGone))
+			r.goneToScheduled = append(r.goneToScheduled, n.firstScheduled().Sub(n.taintGone))
+		}
+		if last := published[len(published)-1].At; last.Sub(n.created) > stallAfter {
+			stall := fmt.Sprintf("%s: last volume published %s after the node's creation; the scheduler bound its last pod %s after it",
+				n.name, last.Sub(n.created).Round(time.Second), n.lastScheduled().Sub(n.created).Round(time.Second))
+			logf("  %s", stall)
+			r.stalls = append(r.stalls, stall)
 		}
 		if n.user != "" {
 			r.requests = append(r.requests, total(requests[n.user]))
@@ -163,7 +201,7 @@ func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, s str
 	nodes := make([]*workloadNode, len(names))
 	var err error
 	for i, name := range names {
-		nodes[i] = &workloadNode{name: name, failures: workload.NewMountFailures(driverName)}
+		nodes[i] = &workloadNode{name: name, failures: workload.NewMountFailures(driverName), scheduled: map[string]time.Time{}}
 		if s.agentArgs != nil {
 			nodes[i].user = "agent-" + name
 			// One user per agent, so the audit log tells their requests apart.
@@ -230,14 +268,37 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, s strategy
 	if n.registrar, err = fakecsi.Register(n.kubelet.PluginsRegistry(), driverName, n.driver.Path()); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(nodeTimeout)
 	for len(n.driver.Published()) < podsPerNode {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: kubelet published %d of %d volumes in 2 minutes", n.name, len(n.driver.Published()), podsPerNode)
+			return fmt.Errorf("%s: kubelet published %d of %d volumes in %s (%s)", n.name, len(n.driver.Published()), podsPerNode,
+				nodeTimeout, podStates(ctx, e, n.name))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// podStates says where each of a node's pods is, for an error.
+func podStates(ctx context.Context, e *env, node string) string {
+	pods := &corev1.PodList{}
+	if err := e.c.List(ctx, pods, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		return err.Error()
+	}
+	var states []string
+	for _, pod := range pods.Items {
+		if !strings.HasPrefix(pod.Name, node+"-") {
+			continue
+		}
+		state := fmt.Sprintf("%s on %q, %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase)
+		for _, c := range pod.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
+			}
+		}
+		states = append(states, state)
+	}
+	return strings.Join(states, "; ")
 }
 
 // stopAgents stops every agent, so the audit log holds all of their requests.
@@ -321,8 +382,8 @@ func watchRound(ctx context.Context, e *env, nodes []*workloadNode) (*roundWatch
 					continue
 				}
 				if pod, isPod := ev.Object.(*corev1.Pod); isPod {
-					if n := w.byName[pod.Spec.NodeName]; n != nil && n.scheduled.IsZero() {
-						n.scheduled = ev.at
+					if n := w.byName[pod.Spec.NodeName]; n != nil && n.scheduled[pod.Name].IsZero() {
+						n.scheduled[pod.Name] = ev.at
 					}
 				}
 			}
@@ -357,7 +418,7 @@ func (w *roundWatch) stop() {
 func (w *roundWatch) check() error {
 	for _, n := range w.byName {
 		switch {
-		case n.created.IsZero() || n.scheduled.IsZero():
+		case n.created.IsZero() || len(n.scheduled) == 0:
 			return fmt.Errorf("%s: the watches saw no creation or no scheduled pod", n.name)
 		case n.user != "" && n.taintGone.IsZero():
 			return fmt.Errorf("%s: the watch saw the startup taint never go", n.name)
@@ -404,6 +465,20 @@ func workloadMarkdown(results []strategyResult, machine string, elapsed time.Dur
 			requests = fmt.Sprint(r.requests[len(r.requests)/2])
 		}
 		p("| %s | %d | %d | %s | %s | %s | %s |", r.name, r.together, r.nodes, failed, triple(r.createdToPublished), gone, requests)
+	}
+	var stalls []string
+	for _, r := range results {
+		for _, s := range r.stalls {
+			stalls = append(stalls, fmt.Sprintf("- %s, %d together: %s", r.name, r.together, s))
+		}
+	}
+	if len(stalls) > 0 {
+		p("")
+		p("Nodes that waited more than %s for their last volume:", stallAfter)
+		p("")
+		for _, s := range stalls {
+			p("%s", s)
+		}
 	}
 	return b.String()
 }
