@@ -270,6 +270,11 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, s strategy
 	}
 	deadline := time.Now().Add(nodeTimeout)
 	for len(n.driver.Published()) < podsPerNode {
+		select {
+		case <-n.kubelet.Exited():
+			return fmt.Errorf("%s: kubelet exited: %w", n.name, n.kubelet.Err())
+		default:
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: kubelet published %d of %d volumes in %s (%s)", n.name, len(n.driver.Published()), podsPerNode,
 				nodeTimeout, podStates(ctx, e, n.name))

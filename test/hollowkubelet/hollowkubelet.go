@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +68,7 @@ func Start(o Options) (*Kubelet, error) {
 		}
 	}
 	if o.Port == 0 {
-		if o.Port, err = expectations.FreePort(); err != nil {
+		if o.Port, err = kubeletPort(); err != nil {
 			return nil, err
 		}
 	}
@@ -133,6 +135,32 @@ func Start(o Options) (*Kubelet, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+var (
+	portsMu sync.Mutex
+	// nextPort is the next port kubeletPort tries; it starts at random, so that two processes
+	// starting kubelets rarely try the same ports.
+	nextPort = 20000 + rand.IntN(10000)
+)
+
+// kubeletPort returns a free port below the ephemeral range (32768 and up on Linux) that no other
+// kubelet of this process was given. A port the kernel handed out as free can be taken by an
+// outgoing connection's local port before kubelet binds it, and kubelet exits when it cannot
+// listen: with ten kubelets starting at once, that ended one a few minutes into a benchmark.
+func kubeletPort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for ; nextPort < 32768; nextPort++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", nextPort))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		nextPort++
+		return nextPort - 1, nil
+	}
+	return 0, errors.New("no free port below 32768 for the hollow kubelet")
 }
 
 // PluginsRegistry is the directory whose sockets kubelet's plugin watcher registers.
