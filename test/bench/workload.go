@@ -451,7 +451,7 @@ func workloadMarkdown(results []strategyResult, machine string, elapsed time.Dur
 	p("- **created → first volume published**: from the watch event of the Node's creation to the driver's first publish.")
 	p("- **taint gone → first pod scheduled**: from the watch event without the startup taint to the first pod bound to the")
 	p("  node; the scheduler also waits for the node lifecycle controller to lift kubelet's `not-ready` taint.")
-	p("- **API requests per node**: the agent's, from its start until every volume is published, from the audit log.")
+	p("- **API requests per node**: the agent's, from its start until every node of its round has its volumes, from the audit log.")
 	p("")
 	p("| strategy | nodes booting together | nodes | failed mounts (nodes) | created → first volume published p50 / p95 / p99 | " +
 		"taint gone → first pod scheduled p50 / p95 / p99 | API requests per node (median) |")
