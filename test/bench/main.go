@@ -111,8 +111,9 @@ func main() {
 
 // positives parses a flag's comma-separated positive numbers, or exits with status 2 naming it.
 func positives(name, value string) []int {
-	var out []int
-	for _, s := range strings.Split(value, ",") {
+	parts := strings.Split(value, ",")
+	out := make([]int, 0, len(parts))
+	for _, s := range parts {
 		var n int
 		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
 			fmt.Fprintf(os.Stderr, "bench: %s: %q is not a positive number\n", name, s)
