@@ -105,9 +105,8 @@ func (n *workloadNode) lastScheduled() time.Time {
 }
 
 // measureWorkload runs each strategy on trials nodes, for each of fleets that many booting at
-// once: each
-// node's kubelet (the hollow kubelet) registers it while podsPerNode pods that need the driver
-// wait for it, the driver starts answering its Probe with the node, and its registrar registers
+// once: each node's kubelet (the hollow kubelet) registers it while podsPerNode pods that need
+// the driver wait for it, the driver starts answering its Probe with the node, and its registrar registers
 // it with kubelet workload.RegistrarDelay later. The real scheduler and node lifecycle controller
 // place the pods; a round ends when kubelet has published every pod's volume through the driver.
 func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, trials int) ([]strategyResult, error) {

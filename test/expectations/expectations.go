@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -132,19 +131,6 @@ func FreeAddr() (string, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
-}
-
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort() (int, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return 0, err
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(port)
 }
 
 // InProcess turns manager options (controllers.ManagerOptions, as the binary uses) into those of

@@ -147,18 +147,17 @@ var (
 // kubeletPort returns a free port below the ephemeral range (32768 and up on Linux) that no other
 // kubelet of this process was given. A port the kernel handed out as free can be taken by an
 // outgoing connection's local port before kubelet binds it, and kubelet exits when it cannot
-// listen: with ten kubelets starting at once, that ended one a few minutes into a benchmark.
+// listen: the likeliest reason one of ten kubelets starting at once exited in a benchmark.
 func kubeletPort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for ; nextPort < 32768; nextPort++ {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", nextPort))
-		if err != nil {
-			continue
+		port := nextPort
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			_ = l.Close()
+			nextPort++
+			return port, nil
 		}
-		_ = l.Close()
-		nextPort++
-		return nextPort - 1, nil
 	}
 	return 0, errors.New("no free port below 32768 for the hollow kubelet")
 }
