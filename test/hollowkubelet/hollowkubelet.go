@@ -49,6 +49,8 @@ type Options struct {
 	Node string
 	// RegisterWithTaints are the taints it registers its Node with.
 	RegisterWithTaints []corev1.Taint
+	// Labels are the labels it registers its Node with (--node-labels), as a node pool sets them.
+	Labels map[string]string
 	// Port is its kubelet port (it serves nothing the tests use, but must not collide); a free
 	// one when zero.
 	Port int
@@ -80,6 +82,13 @@ func Start(o Options) (*Kubelet, error) {
 		"--kubelet-port=" + strconv.Itoa(o.Port), "--kubelet-read-only-port=0", "--use-host-image-service=false",
 		// One flag: a repeated --register-with-taints replaces the earlier list.
 		"--register-with-taints=" + strings.Join(taints, ",")}
+	if len(o.Labels) > 0 {
+		labels := make([]string, 0, len(o.Labels))
+		for k, v := range o.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		args = append(args, "--node-labels="+strings.Join(labels, ","))
+	}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StderrPipe()

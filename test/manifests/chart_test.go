@@ -68,6 +68,13 @@ func chartTool() string {
 // release's Namespace first, then the chart's objects.
 func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
+	objs, err := r.tryRender(dir)
+	Expect(err).NotTo(HaveOccurred())
+	return objs
+}
+
+// tryRender is render for values the chart may refuse: the error carries the chart's message.
+func (r *chartRelease) tryRender(dir string) ([]*unstructured.Unstructured, error) {
 	args := make([]string, 0, 6+2*len(r.values)+2*len(r.sets))
 	args = append(args, "template", dir, "-name", r.name, "-namespace", r.namespace)
 	for _, f := range r.values {
@@ -80,11 +87,15 @@ func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	Expect(err).NotTo(HaveOccurred(), "chart %v: %s", args, stderr.String())
+	if err != nil {
+		return nil, fmt.Errorf("chart %v: %w: %s", args, err, stderr.String())
+	}
 	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.namespace}}}
 	objs, err := objects.Decode(out)
-	Expect(err).NotTo(HaveOccurred())
-	return append([]*unstructured.Unstructured{ns}, objs...)
+	if err != nil {
+		return nil, err
+	}
+	return append([]*unstructured.Unstructured{ns}, objs...), nil
 }
 
 // layoutFree is v as JSON with every run of spaces and line breaks made one space. CEL does not

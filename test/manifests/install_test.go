@@ -46,6 +46,7 @@ var installs = []install{
 	{name: "the EBS sidecar with continuous mode and a Node condition", dir: "testdata/continuous-sidecar"},
 	{name: "the EBS and EFS recipe: one agent, a group per driver", dir: "../../config/samples/ebs-efs"},
 	{name: "the Cilium recipe: a watched ready file, no CSI socket", dir: "../../config/samples/cilium"},
+	{name: "the EBS recipe with its taint put on at registration", dir: "../../config/samples/ebs-taint-at-registration"},
 	{name: "the Cilium recipe gated on the Cilium agent's pod", dir: "../../config/samples/cilium-pod",
 		podReads: "kube-system/startup-taint-remover-cilium-pod-startup-taint-remover-pods"},
 	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
@@ -216,15 +217,18 @@ func apply(ctx context.Context, objs []*unstructured.Unstructured) {
 }
 
 // uninstall deletes the rendered objects in their order, as `make undeploy` (kubectl delete -f)
-// does, and checks after every step that Node writes still work. A deleted Namespace takes its
+// does, and checks after every step that Node writes still work, and whatever else checks test. A deleted Namespace takes its
 // objects with it: envtest runs no namespace controller, so this does its work, one object at a time.
-func uninstall(ctx context.Context, objs []*unstructured.Unstructured, checkName string) {
+func uninstall(ctx context.Context, objs []*unstructured.Unstructured, checkName string, checks ...func(context.Context)) {
 	GinkgoHelper()
 	step := 0
 	check := func(what string) {
 		step++
 		By("Node writes still work after " + what)
 		nodeWritesWork(ctx, fmt.Sprintf("%s-%d", checkName, step))
+		for _, c := range checks {
+			c(ctx)
+		}
 	}
 	deleted := map[string]bool{}
 	key := func(o *unstructured.Unstructured) string {
@@ -264,7 +268,8 @@ func finalizeNamespace(ctx context.Context, name string) {
 
 func isNamespaced(obj *unstructured.Unstructured) bool {
 	switch obj.GetKind() {
-	case "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+	case "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+		"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
 		return false
 	}
 	return true

@@ -33,6 +33,7 @@ var (
 	k8sClient client.Client
 	// kubeconfig is an admin's, for the tools a user runs (kubectl).
 	kubeconfig string
+	testEnv    *envtest.Environment
 )
 
 func TestManifests(t *testing.T) {
@@ -45,7 +46,7 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
-	testEnv := &envtest.Environment{}
+	testEnv = &envtest.Environment{}
 	// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
 	// refuse a change of it although it names no such field.
 	testEnv.ControlPlane.GetAPIServer().Configure().
@@ -126,6 +127,20 @@ func kubelet(ctx context.Context, node string) client.Client {
 	}).WithPolling(10 * time.Millisecond).Should(Succeed())
 	// Its writes are kubelet's in managedFields, as the real kubelet's are.
 	return client.WithFieldOwner(kc, "kubelet")
+}
+
+// kubeletKubeconfig writes a kubeconfig with node's kubelet identity (system:node:NODE, in
+// system:nodes), with the rights kubelet() grants, for a hollow kubelet process.
+func kubeletKubeconfig(ctx context.Context, node string) string {
+	GinkgoHelper()
+	kubelet(ctx, node)
+	user, err := testEnv.AddUser(envtest.User{Name: "system:node:" + node, Groups: []string{"system:nodes"}}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	data, err := user.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(GinkgoT().TempDir(), node+".kubeconfig")
+	Expect(os.WriteFile(path, data, 0o600)).To(Succeed())
+	return path
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
