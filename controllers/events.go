@@ -14,10 +14,22 @@ import (
 // Reporting: what the reconciler's state transitions found becomes metrics, events on the Node
 // and log lines here, and only here.
 
-// reportObservation sets the presence gauges and reports taints that came back.
-func (r *NodeReconciler) reportObservation(ctx context.Context, specs []TaintSpec, obs observation) {
+// reportObservation sets the presence gauges, and reports taints that came back and a Node that
+// registered without the group's startup taints (startup: specs less continuous mode's).
+func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []TaintSpec, obs observation) {
 	for _, spec := range specs {
 		metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
+	}
+	if obs.registeredWithout {
+		list := specStrings(startup)
+		log.FromContext(ctx).Info("the node registered without its startup taints: pods could be scheduled on it "+
+			"before its node agent was ready; register the node pool's nodes with them", "taints", list)
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRegisteredWithoutTaint, "CheckRegistration",
+			"Node registered without the startup taints %s: pods could be scheduled before its node agent was ready, "+
+				"and fail (a CSI volume: driver not found). Register the node pool's nodes with the taints", list)
+		for _, key := range list {
+			metrics.MissingAtRegistration.WithLabelValues(key).Set(1)
+		}
 	}
 	for _, key := range obs.cameBack {
 		log.FromContext(ctx).Info("startup taint came back", "taint", key)

@@ -63,6 +63,9 @@ const (
 	ReasonWouldRemoveTaint    = "WouldRemoveTaint"
 	ReasonTaintAddedBack      = "TaintAddedBack"
 	ReasonWouldAddTaint       = "WouldAddTaint"
+	// ReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
+	// startup taints (see RegistrationWindow).
+	ReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
 )
 
 // NodeReconciler removes its groups' startup taints from one Node once every readiness gate of
@@ -336,7 +339,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 		return nil
 	}
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
-	r.reportObservation(ctx, specs, obs)
+	r.reportObservation(ctx, node, specs, g.taintSpecs(0), obs)
 
 	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,

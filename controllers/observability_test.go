@@ -15,6 +15,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
@@ -114,6 +115,33 @@ var _ = Describe("Observability", func() {
 			"startup_taint_build_info")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lint).To(BeEmpty())
+	})
+
+	It("warns once about a Node that registered without its startup taint, and never about one whose taint was removed before", func(ctx SpecContext) {
+		key := "missing.example.com/" + nodeName
+		spec := []controllers.TaintSpec{{Key: key}}
+		createNode(ctx, nodeName)
+		startManager(&controllers.NodeReconciler{NodeName: nodeName,
+			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
+		warnings := func(g Gomega) int {
+			return eventOccurrences(g, ctx, nodeName, controllers.ReasonRegisteredWithoutTaint)
+		}
+		Eventually(warnings).Should(Equal(1))
+		Expect(testutil.ToFloat64(metrics.MissingAtRegistration.WithLabelValues(key))).To(Equal(1.0))
+		By("later changes of the Node, and the taint coming and going, report nothing more")
+		readdTaint(ctx, nodeName, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute})
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+		Consistently(warnings, time.Second).Should(Equal(1))
+
+		By("a restarted agent on a Node whose taint an agent removed before")
+		restarted := uniqueNodeName()
+		node := createNode(ctx, restarted)
+		Expect(expectations.UpdateNode(ctx, k8sClient, node.Name, func(n *corev1.Node) {
+			n.Annotations = map[string]string{controllers.RemovedAnnotation: key}
+		})).To(Succeed())
+		startManager(&controllers.NodeReconciler{NodeName: restarted,
+			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
+		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, restarted, "") }, 2*time.Second).Should(BeZero())
 	})
 
 	It("closes an episode another writer ended: the taint's return is reported afresh", func(ctx SpecContext) {

@@ -21,6 +21,13 @@ import (
 // that removes them, and change nothing else.
 const RemovedAnnotation = "startup-taint-remover.github.io/removed"
 
+// RegistrationWindow is how young a Node must be, when the agent first sees it without a group's
+// startup taints and with no record of their removal, for that to be reported as a Node that
+// registered without them (ReasonRegisteredWithoutTaint). An older Node is one the agent was
+// installed on, or restarted on, long after its registration: reporting those would raise one
+// event per node of a fleet at every rollout.
+const RegistrationWindow = 10 * time.Minute
+
 // nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
 // time, from a startup taint appearing to its removal. Its methods are the transitions; each
 // returns what happened, and the reconciler reports it (events.go). Only the controller's single
@@ -68,6 +75,10 @@ type observation struct {
 	ended bool
 	// again is set when a held taint came back after an earlier removal.
 	again bool
+	// registeredWithout is set at the first observation of a Node younger than
+	// RegistrationWindow that carries none of the specs and whose RemovedAnnotation names none of
+	// them: it registered without the group's startup taints.
+	registeredWithout bool
 }
 
 // observe records the Node's taints, as specs select them: one group's. A Node with a new UID
@@ -76,7 +87,8 @@ type observation struct {
 // is the spec continuous mode puts back (empty when it is off): only an agent puts it on a Node,
 // so once any of specs has been removed, finding it means it came back.
 func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, retaint string, now time.Time) observation {
-	if s.uid != node.UID || s.present == nil {
+	first := s.uid != node.UID || s.present == nil
+	if first {
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
 			readded: map[string]bool{}, waitEvents: map[string]bool{}}
 	}
@@ -97,6 +109,8 @@ func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, retaint string
 		s.present[key], obs.present[key] = present, present
 		obs.again = obs.again || present && s.readded[key]
 	}
+	obs.registeredWithout = first && len(obs.held) == 0 && len(s.removedBefore) == 0 &&
+		now.Sub(node.CreationTimestamp.Time) < RegistrationWindow
 	switch {
 	case len(obs.held) == 0 && !s.heldSince.IsZero():
 		s.endEpisode()

@@ -378,3 +378,59 @@ func TestWithRemovedOnlyAppends(t *testing.T) {
 		})
 	}
 }
+
+func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		// age is how long after the Node's creation the agent first sees it.
+		age      time.Duration
+		reported bool
+	}{
+		{name: "a new Node without the taint", node: testNode("uid-r1"), reported: true},
+		{name: "a new Node with the taint", node: testNode("uid-r2", startup)},
+		{name: "a Node whose taint an earlier agent removed (a restart)", node: func() *corev1.Node {
+			n := testNode("uid-r3")
+			n.Annotations = map[string]string{RemovedAnnotation: startup.Key}
+			return n
+		}()},
+		{name: "a Node older than the window (an install on an existing fleet, a later restart)",
+			node: testNode("uid-r4"), age: RegistrationWindow},
+		{name: "a Node just inside the window", node: testNode("uid-r5"), age: RegistrationWindow - time.Second, reported: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			metrics.MissingAtRegistration.Reset()
+			e := newEpisodeTest(t, tc.node)
+			e.clock.Step(tc.age)
+			e.ready(false)
+			e.reconcile()
+			var want []string
+			if tc.reported {
+				want = []string{"Warning RegisteredWithoutTaint Node registered without the startup taints [" + startup.Key + "]: " +
+					"pods could be scheduled before its node agent was ready"}
+			}
+			var got []string
+			for _, ev := range e.events() {
+				if strings.Contains(ev, ReasonRegisteredWithoutTaint) {
+					got = append(got, ev)
+				}
+			}
+			expectEvents(t, got, want...)
+			if got := testutil.ToFloat64(metrics.MissingAtRegistration.WithLabelValues(startup.Key)); got != boolToFloat(tc.reported) {
+				t.Fatalf("startup_taint_missing_at_registration = %v, want %v", got, boolToFloat(tc.reported))
+			}
+
+			// Later observations of the same Node, with the taint gone after it came and went,
+			// report nothing more.
+			e.setTaints(startup)
+			e.reconcile()
+			e.setTaints()
+			e.reconcile()
+			for _, ev := range e.events() {
+				if strings.Contains(ev, ReasonRegisteredWithoutTaint) {
+					t.Fatalf("reported again: %q", ev)
+				}
+			}
+		})
+	}
+}

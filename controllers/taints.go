@@ -24,6 +24,15 @@ func (s TaintSpec) String() string {
 	return s.Key + ":" + string(s.Effect)
 }
 
+// specStrings returns each spec in its KEY[:EFFECT] form.
+func specStrings(specs []TaintSpec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.String()
+	}
+	return out
+}
+
 // Matches reports whether t is selected by s.
 func (s TaintSpec) Matches(t corev1.Taint) bool {
 	return t.Key == s.Key && (s.Effect == "" || t.Effect == s.Effect)

@@ -125,6 +125,13 @@ var (
 			"0 once admitted, and before the first answer.",
 	})
 
+	// MissingAtRegistration is 1 when the agent's Node registered without the startup taint.
+	MissingAtRegistration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_missing_at_registration",
+		Help: "1 when this agent first saw its Node, minutes after its creation, without the startup taint and with no record " +
+			"of its removal: the node registered without it, and pods could be scheduled there before the agent was ready.",
+	}, []string{labelTaint})
+
 	// BuildInfo carries the build's version, revision and Go version as labels.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_build_info",
@@ -135,7 +142,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
 		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Retaints, ConditionWrites, Confined,
-		RemovalRefused, BuildInfo)
+		RemovalRefused, MissingAtRegistration, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 
