@@ -29,15 +29,16 @@ type options struct {
 	// groupOptions is the group of taints and gates the command line describes; groups are those
 	// the agent serves: that one, or the groups of --config.
 	groupOptions
-	groups        []groupOptions
-	configFile    string
-	probeInterval time.Duration
-	probeTimeout  time.Duration
-	maxWait       time.Duration
-	retaintAfter  time.Duration
-	dryRun        bool
-	podName       string
-	podNamespace  string
+	groups         []groupOptions
+	configFile     string
+	probeInterval  time.Duration
+	probeTimeout   time.Duration
+	maxWait        time.Duration
+	retaintAfter   time.Duration
+	dryRun         bool
+	conditionsOnly bool
+	podName        string
+	podNamespace   string
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -270,6 +271,10 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"Continuous mode: when no startup taint is on the Node and a gate has not passed for this long, put the first --taint's key "+
 			"(with --config, each group's) back with effect NoSchedule, and remove it once every gate has passed for as long; "+
 			"0 or empty (the default) is off.")
+	fs.BoolVar(&o.conditionsOnly, "conditions-only", false,
+		"Publish each group's verdict as its --condition-type Node condition and never write a taint, for clusters where "+
+			"another controller (node-readiness-controller, a platform's) removes the taint; needs --condition-type, "+
+			"and no --max-wait or --retaint-after.")
 	fs.BoolVar(&o.dryRun, "dry-run", false,
 		"Evaluate everything but never write to the Node: report the removals it would make (log, WouldRemoveTaint event, "+
 			"startup_taint_removals_total{result=\"dry_run\"}), to run beside another remover and compare.")

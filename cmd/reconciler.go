@@ -30,11 +30,12 @@ type builtGroup struct {
 // anything before its first check, so this touches neither the network nor the driver.
 func (o *options) newReconciler() (*controllers.NodeReconciler, []builtGroup) {
 	r := &controllers.NodeReconciler{
-		NodeName:      o.nodeName,
-		ProbeInterval: o.probeInterval,
-		MaxWait:       o.maxWait,
-		RetaintAfter:  o.retaintAfter,
-		DryRun:        o.dryRun,
+		NodeName:       o.nodeName,
+		ProbeInterval:  o.probeInterval,
+		MaxWait:        o.maxWait,
+		RetaintAfter:   o.retaintAfter,
+		DryRun:         o.dryRun,
+		ConditionsOnly: o.conditionsOnly,
 	}
 	built := make([]builtGroup, 0, len(o.groups))
 	for _, g := range o.groups {
@@ -107,7 +108,7 @@ var groupSettings = map[string]string{nameSetting: nameSetting, "taints": "taint
 
 // topSettings are the flags by the name of the NodeReconciler field they set.
 var topSettings = map[string]string{"nodeName": "node-name", "maxWait": "max-wait", "retaintAfter": "retaint-after",
-	"groups": "config"}
+	"groups": "config", "conditionsOnly": "conditions-only"}
 
 // describe writes e as one line that names the flag, or the --config setting, of its field.
 func (o *options) describe(e *field.Error, built []builtGroup) string {

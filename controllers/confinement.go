@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -81,6 +82,11 @@ type ConfinementCheck struct {
 	// dry run removes the ones on the Node and lists them all in its removed record. Set by
 	// NodeReconciler.SetupWithManager when nil.
 	Taints func() []TaintSpec
+	// Conditions, when set, are the condition types of an agent in conditions-only mode
+	// (NodeReconciler.ConditionsOnly), whose job is writing the first of them in its Node's status:
+	// the dry run writes that condition instead of removing taints. Set by
+	// NodeReconciler.SetupWithManager when nil and the reconciler is in that mode.
+	Conditions []string
 	// Recorder records the NotConfined and RemovalRefused events. Set by
 	// NodeReconciler.SetupWithManager when nil.
 	Recorder events.EventRecorder
@@ -190,6 +196,9 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 		return nil, nil, fmt.Errorf("reading node %s: %w", c.NodeName, err)
 	}
 	orig := node.DeepCopy()
+	if len(c.Conditions) > 0 {
+		return c.checkCondition(ctx, orig)
+	}
 	// Once its taints are gone, the patch changes nothing, and the API server judges it all the
 	// same: the policy checks its rendered settings on every request of the agent, so a policy
 	// the agent cannot work with refuses this one too.
@@ -206,6 +215,28 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 		return orig, err, nil
 	}
 	return nil, nil, fmt.Errorf("dry-run removal of the startup taints from node %s: %w", c.NodeName, err)
+}
+
+// checkCondition sends, in a dry run, the status patch by which the reconciler writes the first
+// of c.Conditions, as the gates' verdict before their first probe would be, and returns the API
+// server's refusal (nil when it admitted it).
+func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node) (*corev1.Node, error, error) {
+	now := metav1.Now()
+	want := corev1.NodeCondition{Type: corev1.NodeConditionType(c.Conditions[0]), Status: corev1.ConditionUnknown,
+		Reason: "ConfinementCheck", Message: "A dry run of the agent's write", LastHeartbeatTime: now, LastTransitionTime: now}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{want}}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding condition %s: %w", want.Type, err)
+	}
+	err = c.Client.Status().Patch(ctx, node.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, patch),
+		client.DryRunAll, client.FieldOwner(FieldManager))
+	switch {
+	case err == nil:
+		return node, nil, nil
+	case refused(err):
+		return node, err, nil
+	}
+	return nil, nil, fmt.Errorf("dry-run write of condition %s of node %s: %w", want.Type, c.NodeName, err)
 }
 
 // Check sends the dry-run request and classifies the answer. An error means no verdict (the Node

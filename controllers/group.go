@@ -76,6 +76,14 @@ func (r *NodeReconciler) Validate() field.ErrorList {
 	if len(r.Groups) == 0 {
 		errs = append(errs, field.Required(field.NewPath("groups"), "at least one group of taints and gates"))
 	}
+	if r.ConditionsOnly {
+		if r.MaxWait > 0 {
+			errs = append(errs, field.Forbidden(field.NewPath("maxWait"), "removes taints, which conditions-only mode never writes"))
+		}
+		if r.RetaintAfter > 0 {
+			errs = append(errs, field.Forbidden(field.NewPath("retaintAfter"), "puts taints back, which conditions-only mode never writes"))
+		}
+	}
 	names, keys, conditions := map[string]bool{}, map[string]string{}, map[string]string{}
 	for i, g := range r.Groups {
 		path := field.NewPath("groups").Index(i)
@@ -124,6 +132,9 @@ func (r *NodeReconciler) validateGroup(g Group, path *field.Path) field.ErrorLis
 	case len(g.Taints) == 0 && !slices.ContainsFunc(g.Gates, isDriverNamer):
 		errs = append(errs, field.Required(path.Child("taints"),
 			"required when no gate names a driver whose conventional taint would be the default"))
+	}
+	if g.ConditionType == "" && r.ConditionsOnly {
+		errs = append(errs, field.Required(path.Child("conditionType"), "required by conditions-only mode, which writes nothing else"))
 	}
 	if g.ConditionType != "" {
 		if problem := conditionTypeProblem(g.ConditionType); problem != "" {

@@ -287,3 +287,37 @@ func TestALoneGroupsGateIsLabelledByItsName(t *testing.T) {
 		t.Fatalf(`a lone unnamed group's gate is labelled "flip" as before: got %v`, got)
 	}
 }
+
+func TestConditionsOnlyNeedsAConditionAndRefusesTaintWrites(t *testing.T) {
+	group := Group{Taints: []TaintSpec{{Key: "readiness.k8s.io/EBSCSIDriverReady"}}, Gates: []gates.Gate{&flipGate{}}}
+	for _, tc := range []struct {
+		name   string
+		change func(*NodeReconciler)
+		want   string
+	}{
+		{"a group without a condition", func(*NodeReconciler) {}, "groups[0].conditionType: Required value: required by conditions-only mode"},
+		{"with --max-wait", func(r *NodeReconciler) {
+			r.Groups[0].ConditionType, r.MaxWait = "readiness.k8s.io/EBSCSIDriverReady", time.Minute
+		},
+			"maxWait: Forbidden: removes taints, which conditions-only mode never writes"},
+		{"with --retaint-after", func(r *NodeReconciler) {
+			r.Groups[0].ConditionType, r.RetaintAfter = "readiness.k8s.io/EBSCSIDriverReady", time.Minute
+		}, "retaintAfter: Forbidden: puts taints back"},
+		{"with a condition", func(r *NodeReconciler) { r.Groups[0].ConditionType = "readiness.k8s.io/EBSCSIDriverReady" }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &NodeReconciler{NodeName: "n1", ConditionsOnly: true, Groups: []Group{group}}
+			tc.change(r)
+			errs := r.Validate()
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatal(errs)
+				}
+				return
+			}
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Fatalf("got %v, want one error containing %q", errs, tc.want)
+			}
+		})
+	}
+}

@@ -107,6 +107,11 @@ type NodeReconciler struct {
 	// taints, or put one back, it reports that instead, once per episode, so it can run beside
 	// another remover.
 	DryRun bool
+	// ConditionsOnly publishes each group's verdict as its ConditionType condition and never
+	// writes a taint, for clusters where another controller (node-readiness-controller, a
+	// platform's) removes the taint that the condition gates. Every group needs a ConditionType;
+	// the Taints are then only observed (startup_taint_present, ReasonRegisteredWithoutTaint).
+	ConditionsOnly bool
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
@@ -230,6 +235,11 @@ func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 	if c.Taints == nil {
 		c.Taints = r.servedTaints
 	}
+	if r.ConditionsOnly && c.Conditions == nil {
+		for _, g := range r.Groups {
+			c.Conditions = append(c.Conditions, g.ConditionType)
+		}
+	}
 	if err := mgr.Add(c); err != nil {
 		return fmt.Errorf("adding the confinement check: %w", err)
 	}
@@ -344,9 +354,12 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
 		notReady: notReady}
-	if len(obs.held) == 0 {
+	switch {
+	case r.ConditionsOnly:
+		// The condition is the whole job: another controller owns the taints.
+	case len(obs.held) == 0:
 		r.planRetaint(ctx, node, p)
-	} else {
+	default:
 		r.planRemoval(ctx, node, p)
 	}
 	return p

@@ -187,7 +187,7 @@ var _ = Describe("every kustomization, with every kustomize that users install w
 		// The bases (config/policy, config/manager, ...) hold the placeholders; every install
 		// renders them away.
 		installed := map[string]bool{}
-		for _, in := range installs {
+		for _, in := range allInstalls() {
 			installed[in.dir] = in.chart == nil
 		}
 		for _, in := range unjudgedInstalls {

@@ -115,7 +115,7 @@ func registrationAgrees(objs []*unstructured.Unstructured) error {
 var _ = Describe("taint at registration's selector and the DaemonSet", func() {
 	It("agree in every install and sample: each Node the policy taints runs the agent", func() {
 		checked := 0
-		for _, in := range append(append([]install{}, installs...), registrationInstalls...) {
+		for _, in := range allInstalls() {
 			objs := in.render()
 			Expect(registrationAgrees(objs)).To(Succeed(), in.name)
 			if registrationBinding(objs) != nil {

@@ -86,8 +86,9 @@ groups:
 {{/*
 str.render writes a manifest shared with the kustomize tree (files/, links into config/), with
 the settings written in where kustomize's config/components/taints writes them: the taints, the
-re-taint delay and the condition type replace their placeholders, and the object gets this
-release's name and labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
+re-taint delay and the condition type replace their placeholders, conditions-only mode is turned
+on as config/components/conditions-only turns it on, and the object gets this release's name and
+labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
 */}}
 {{- define "str.render" -}}
 {{- $root := index . 0 -}}
@@ -96,6 +97,11 @@ release's name and labels. Call it with (list $ "files/NAME.yaml" "name-suffix")
 {{- $text = $text | replace `'\\RETAINTAFTER'` (printf "'%s'" $root.Values.retaintAfter) -}}
 {{- $text = $text | replace `'\\CONDITIONTYPE'` (printf "'%s'" (include "str.conditionTypes" $root)) -}}
 {{- $obj := fromYaml $text -}}
+{{- if $root.Values.conditionsOnly -}}
+{{- range $obj.spec.variables -}}
+{{- if eq .name "conditionsOnly" }}{{ $_ := set . "expression" "true" }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $obj "metadata" (dict "name" (printf "%s-%s" (include "str.fullname" $root) (index . 2)) "labels" (fromYaml (include "str.labels" $root))) -}}
 {{- toYaml $obj -}}
 {{- end -}}
