@@ -46,11 +46,12 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's tests.
+test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's and kubectl plugin's tests.
 	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
 	@# chart, which go test's cache cannot see.
 	go test -race -count=1 ./... -coverprofile cover.out
 	go -C hack/chart test -count=1 ./...
+	go -C $(PLUGIN_DIR) test -count=1 ./...
 
 FUZZTIME ?= 1m
 .PHONY: fuzz
@@ -59,9 +60,10 @@ fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make
 	go test ./controllers -run '^$$' -fuzz '^FuzzWithoutTaints$$' -fuzztime $(FUZZTIME)
 
 .PHONY: lint
-lint: golangci-lint helm-lint ## Run golangci-lint on both modules, and lint the Helm chart.
+lint: golangci-lint helm-lint ## Run golangci-lint on the three modules, and lint the Helm chart.
 	"$(GOLANGCI_LINT)" run
 	cd hack/chart && "$(GOLANGCI_LINT)" run
+	cd $(PLUGIN_DIR) && "$(GOLANGCI_LINT)" run
 
 .PHONY: helm-lint
 helm-lint: chart-tool ## Lint the Helm chart, strictly, with its default values and each driver's values file.
@@ -73,7 +75,7 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix
 
 .PHONY: bench
-bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet and pods by removal strategy; writes docs/bench/.
+bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet, pods by removal strategy and the kubectl plugin on 5,000 Nodes; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
 	go build -o bin/bench-floor ./test/bench/floor
 	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench
@@ -93,16 +95,26 @@ build: fmt vet binary ## Check (fmt, vet) and build the startup-taint-remover bi
 binary: ## Build the startup-taint-remover binary alone.
 	go build -ldflags "$(LDFLAGS)" -o bin/startup-taint-remover ./cmd
 
+# The kubectl plugin is a module of its own, so that k8s.io/cli-runtime stays out of the go.mod
+# that drivers importing controllers see.
+PLUGIN_DIR = cmd/kubectl-startup_taints
+.PHONY: plugin
+plugin: ## Build the kubectl plugin (kubectl startup-taints) into bin/.
+	go -C $(PLUGIN_DIR) build -ldflags "$(LDFLAGS)" -o $(CURDIR)/bin/kubectl-startup_taints .
+
 .PHONY: run
 run: fmt vet ## Run the controller from your host against the cluster in KUBECONFIG.
 	go run ./cmd $(ARGS)
+
+# The platforms a release builds the kubectl plugin for; hack/krew/startup-taints.yaml lists the same.
+PLUGIN_PLATFORMS = linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 # The flags of every release and image build; the Dockerfile's go build line uses the same, and
 # test/e2e runs that line to check it.
 RELEASE_GOFLAGS = -trimpath -ldflags "-s -w $(LDFLAGS)"
 
 .PHONY: release
-release: kustomize chart-tool ## Write dist/ for VERSION=vX.Y.Z: install.yaml, the packaged chart, static linux binaries, checksums.
+release: kustomize chart-tool ## Write dist/ for VERSION=vX.Y.Z: install.yaml, the packaged chart, static linux binaries, the kubectl plugin and its krew manifest, checksums.
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "VERSION: \"$(VERSION)\" is not vX.Y.Z" >&2; exit 2; }
 	rm -rf dist && mkdir -p dist && cp -r config dist/.config
 	cd dist/.config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMAGE_REPO):$(VERSION)
@@ -112,7 +124,18 @@ release: kustomize chart-tool ## Write dist/ for VERSION=vX.Y.Z: install.yaml, t
 	for arch in amd64 arm64; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build $(RELEASE_GOFLAGS) -o dist/startup-taint-remover-linux-$$arch ./cmd; \
 	done
-	cd dist && sha256sum install.yaml *.tgz startup-taint-remover-linux-* > checksums.txt
+	@# The kubectl plugin, an archive per platform as krew installs it, and its krew manifest.
+	cp hack/krew/startup-taints.yaml dist/krew-startup-taints.yaml
+	sed -i "s/{{VERSION}}/$(VERSION)/g" dist/krew-startup-taints.yaml
+	for platform in $(PLUGIN_PLATFORMS); do \
+		os=$${platform%/*}; arch=$${platform#*/}; dir=dist/.plugin-$$os-$$arch; \
+		mkdir -p $$dir; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go -C $(PLUGIN_DIR) build $(RELEASE_GOFLAGS) -o $(CURDIR)/$$dir/kubectl-startup_taints .; \
+		tar -C $$dir -czf dist/kubectl-startup_taints-$$os-$$arch.tar.gz .; rm -r $$dir; \
+		sum=$$(sha256sum dist/kubectl-startup_taints-$$os-$$arch.tar.gz | cut -d' ' -f1); \
+		sed -i "s/{{SHA256_$${os}_$${arch}}}/$$sum/" dist/krew-startup-taints.yaml; \
+	done
+	cd dist && sha256sum install.yaml *.tgz startup-taint-remover-linux-* kubectl-startup_taints-*.tar.gz krew-startup-taints.yaml > checksums.txt
 	@cat dist/checksums.txt
 
 .PHONY: docker-build

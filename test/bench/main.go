@@ -52,6 +52,8 @@ type benchConfig struct {
 	// workloadTrials nodes per strategy.
 	workloadFleets []int
 	workloadTrials int
+	// pluginNodes is the size of the cluster the kubectl plugin lists.
+	pluginNodes int
 }
 
 // env is the control plane every measurement shares.
@@ -80,16 +82,17 @@ func main() {
 	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
 	fleets := flag.String("workload-nodes", "1,10,20", "hollow nodes booting together in the workload scenario, each size in turn")
 	flag.IntVar(&c.workloadTrials, "workload-trials", 100, "nodes per strategy and size in the workload scenario")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload",
+	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,plugin",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "plugin":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, plugin\n", s)
 			os.Exit(2)
 		}
 	}
@@ -151,6 +154,24 @@ func run(c benchConfig) error {
 		md := k.markdown(machine(), time.Since(kstart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "kubelet.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["plugin"] {
+		const runs = 20
+		logf("kubectl startup-taints on %d Nodes: %d runs", c.pluginNodes, runs)
+		pstart := time.Now()
+		plugin, err := buildPlugin(e.work)
+		if err != nil {
+			return err
+		}
+		r, err := measurePlugin(ctx, e, plugin, c.pluginNodes, runs)
+		if err != nil {
+			return fmt.Errorf("kubectl startup-taints: %w", err)
+		}
+		md := pluginMarkdown(r, runs, machine(), time.Since(pstart))
+		fmt.Println(md)
+		if err := os.WriteFile(filepath.Join(c.out, "plugin.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}

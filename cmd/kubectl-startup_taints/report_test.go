@@ -1,0 +1,67 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
+	created := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	added := metav1.NewTime(created.Add(time.Minute))
+	in := install{name: "role", specs: []controllers.TaintSpec{{Key: "a", Effect: corev1.TaintEffectNoExecute}, {Key: "a", Effect: corev1.TaintEffectNoSchedule}},
+		retaint: map[controllers.TaintSpec]bool{{Key: "a", Effect: corev1.TaintEffectNoSchedule}: true}}
+	event := func(reason, msg string) corev1.Event {
+		return corev1.Event{Reason: reason, Message: msg, EventTime: metav1.NewMicroTime(created.Add(2 * time.Minute))}
+	}
+	for _, tc := range []struct {
+		name   string
+		taints []corev1.Taint
+		record string
+		events nodeEvents
+		want   []string // TAINT STATE
+	}{
+		{name: "held since the Node's creation", taints: []corev1.Taint{{Key: "a", Effect: "NoExecute"}}, want: []string{"a:NoExecute held"}},
+		{name: "held since its timeAdded", taints: []corev1.Taint{{Key: "a", Effect: "NoExecute", TimeAdded: &added}}, want: []string{"a:NoExecute held"}},
+		{name: "held again", taints: []corev1.Taint{{Key: "a", Effect: "NoExecute"}}, record: "a:NoExecute", want: []string{"a:NoExecute held again"}},
+		{name: "put back by continuous mode", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
+			events: nodeEvents{controllers.ReasonTaintAddedBack: event(controllers.ReasonTaintAddedBack, "Put startup taint a:NoSchedule back: csi gate: not ready for 2m0s")},
+			want:   []string{"a:NoExecute removed", "a:NoSchedule put back"}},
+		{name: "someone else's NoSchedule taint of the key, never removed by an agent", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}},
+		{name: "removed", record: "a:NoExecute", events: nodeEvents{controllers.ReasonTaintRemoved: event(controllers.ReasonTaintRemoved, "Removed")},
+			want: []string{"a:NoExecute removed"}},
+		{name: "forced", record: "a:NoExecute", events: nodeEvents{controllers.ReasonTaintRemovedUnready: event(controllers.ReasonTaintRemovedUnready, "after the maximum wait")},
+			want: []string{"a:NoExecute forced"}},
+		{name: "removed long ago: its events expired", record: "a:NoExecute", want: []string{"a:NoExecute removed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", CreationTimestamp: metav1.NewTime(created)}, Spec: corev1.NodeSpec{Taints: tc.taints}}
+			if tc.record != "" {
+				node.Annotations = map[string]string{controllers.RemovedAnnotation: tc.record}
+			}
+			rows := nodeRows(node, []install{in}, tc.events, true)
+			got := make([]string, 0, len(rows))
+			for _, r := range rows {
+				got = append(got, r.Taint+" "+r.State)
+				switch {
+				case r.State == StateHeld && tc.taints[0].TimeAdded != nil && !r.Since.Equal(added.Time),
+					r.State == StateHeld && tc.taints[0].TimeAdded == nil && !r.Since.Equal(created),
+					r.State == StatePutBack && r.Gate != "csi":
+					t.Errorf("%+v", r)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("rows %q, want %q", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("rows %q, want %q", got, tc.want)
+				}
+			}
+		})
+	}
+}
