@@ -59,6 +59,10 @@ fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make
 	go test ./controllers -run '^$$' -fuzz '^FuzzParseTaintSpec$$' -fuzztime $(FUZZTIME)
 	go test ./controllers -run '^$$' -fuzz '^FuzzWithoutTaints$$' -fuzztime $(FUZZTIME)
 
+.PHONY: docs
+docs: ## Write the flag reference, docs/flags.md, from the binary's own flag set.
+	UPDATE_DOCS=1 go test ./cmd -run '^TestTheFlagReferenceIsCurrent$$' -count=1
+
 .PHONY: lint
 lint: golangci-lint helm-lint ## Run golangci-lint on the three modules, and lint the Helm chart.
 	"$(GOLANGCI_LINT)" run

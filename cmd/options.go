@@ -109,7 +109,7 @@ func (f taintFlag) Set(v string) error {
 func unrendered(v string) error {
 	if strings.HasPrefix(v, `\`) {
 		return fmt.Errorf("%q is a placeholder of the manifests that their renderer left in: "+
-			"render them with kustomize v5.4.2 or later (see the README's Install)", v)
+			"render them with kustomize v5.4.2 or later (see docs/install.md)", v)
 	}
 	return nil
 }
@@ -259,7 +259,7 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	bindGroupFlags(fs, &o.groupOptions)
 	fs.StringVar(&o.configFile, "config", "",
 		"A YAML file of several groups of startup taints and their gates, each removed as soon as its own gates pass "+
-			"(see the README); the group flags (--taint, --csi-address, the gates, --condition-type) are then set there.")
+			"(see docs/gates.md); the group flags (--taint, --csi-address, the gates, --condition-type) are then set there.")
 	fs.DurationVar(&o.probeInterval, "probe-interval", controllers.DefaultProbeInterval,
 		"How often the CSI socket and the ready URL are probed.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,

@@ -1,0 +1,174 @@
+// Package docs checks the documentation as a reader meets it: every relative link and anchor in
+// README.md and docs/ leads somewhere, and the runbook answers every alert the install ships.
+package docs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+const repo = "../.."
+
+// pages are README.md and every Markdown file under docs/.
+func pages(t *testing.T) []string {
+	t.Helper()
+	out := []string{filepath.Join(repo, "README.md")}
+	err := filepath.WalkDir(filepath.Join(repo, "docs"), func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			out = append(out, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+var (
+	link    = regexp.MustCompile(`\[[^\]]*\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile(`^#{1,6} (.+)$`)
+	// notInSlug is what GitHub drops from a heading to make its anchor.
+	notInSlug = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+)
+
+// prose returns a page's lines outside code fences.
+func prose(data string) []string {
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(data, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// anchors are the anchors GitHub gives a page's headings.
+func anchors(data string) map[string]bool {
+	out := map[string]bool{}
+	for _, line := range prose(data) {
+		m := heading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		slug := strings.ReplaceAll(notInSlug.ReplaceAllString(strings.ToLower(strings.TrimSpace(m[1])), ""), " ", "-")
+		anchor := slug
+		for n := 1; out[anchor]; n++ {
+			anchor = fmt.Sprintf("%s-%d", slug, n)
+		}
+		out[anchor] = true
+	}
+	return out
+}
+
+func TestEveryRelativeLinkAndAnchorLeadsSomewhere(t *testing.T) {
+	var broken []string
+	checked := 0
+	for _, page := range pages(t) {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range prose(string(data)) {
+			// Inline code is not a link.
+			line = regexp.MustCompile("`[^`]*`").ReplaceAllString(line, "")
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				checked++
+				path, anchor, _ := strings.Cut(target, "#")
+				file := page
+				if path != "" {
+					file = filepath.Join(filepath.Dir(page), path)
+				}
+				rel, _ := filepath.Rel(repo, page)
+				info, err := os.Stat(file)
+				if err != nil {
+					broken = append(broken, fmt.Sprintf("%s: %s: no such file", rel, target))
+					continue
+				}
+				if anchor == "" || info.IsDir() {
+					continue
+				}
+				content, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !anchors(string(content))[anchor] {
+					broken = append(broken, fmt.Sprintf("%s: %s: no such heading", rel, m[1]))
+				}
+			}
+		}
+	}
+	if len(broken) > 0 {
+		t.Fatalf("%d of %d relative links are broken:\n%s", len(broken), checked, strings.Join(broken, "\n"))
+	}
+	t.Logf("%d relative links and anchors in %d pages lead somewhere", checked, len(pages(t)))
+}
+
+func TestTheREADMEIsAFrontPage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 300 {
+		t.Fatalf("README.md has %d lines: move the detail into docs/", n)
+	}
+}
+
+func TestTheRunbookAnswersEveryAlert(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo, "config/prometheus/rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert string `json:"alert"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	runbook, err := os.ReadFile(filepath.Join(repo, "docs/runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := strings.Split(string(runbook), "\n## ")
+	var alerts []string
+	for _, g := range rules.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			i := slices.IndexFunc(sections, func(s string) bool { return strings.HasPrefix(s, "`"+r.Alert+"`") })
+			if i < 0 {
+				t.Errorf("docs/runbook.md has no section ## `%s`", r.Alert)
+				continue
+			}
+			for _, part := range []string{"**What it means.**", "**Check first.**", "**What to do.**", "```sh"} {
+				if !strings.Contains(sections[i], part) {
+					t.Errorf("docs/runbook.md, %s: no %s", r.Alert, part)
+				}
+			}
+		}
+	}
+	if len(alerts) == 0 {
+		t.Fatal("no alert in config/prometheus/rules.yaml")
+	}
+}
