@@ -46,11 +46,12 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's and kubectl plugin's tests.
+test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's, PromQL and kubectl plugin's tests.
 	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
 	@# chart, which go test's cache cannot see.
 	go test -race -count=1 ./... -coverprofile cover.out
 	go -C hack/chart test -count=1 ./...
+	go -C hack/promql test -count=1 ./...
 	go -C $(PLUGIN_DIR) test -count=1 ./...
 
 FUZZTIME ?= 1m
@@ -64,9 +65,10 @@ docs: ## Write the flag reference, docs/flags.md, from the binary's own flag set
 	UPDATE_DOCS=1 go test ./cmd -run '^TestTheFlagReferenceIsCurrent$$' -count=1
 
 .PHONY: lint
-lint: golangci-lint helm-lint ## Run golangci-lint on the three modules, and lint the Helm chart.
+lint: golangci-lint helm-lint ## Run golangci-lint on the four Go modules, and lint the Helm chart.
 	"$(GOLANGCI_LINT)" run
 	cd hack/chart && "$(GOLANGCI_LINT)" run
+	cd hack/promql && "$(GOLANGCI_LINT)" run
 	cd $(PLUGIN_DIR) && "$(GOLANGCI_LINT)" run
 
 .PHONY: helm-lint

@@ -3,6 +3,7 @@
 package docs
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,5 +171,41 @@ func TestTheRunbookAnswersEveryAlert(t *testing.T) {
 	}
 	if len(alerts) == 0 {
 		t.Fatal("no alert in config/prometheus/rules.yaml")
+	}
+}
+
+func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repo, "config/grafana/dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(repo, "docs/observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Panels) == 0 {
+		t.Fatal("the dashboard has no panel")
+	}
+	for _, p := range d.Panels {
+		i := strings.Index(string(page), "\n### "+p.Title+"\n")
+		if i < 0 {
+			t.Errorf("docs/observability.md describes no panel %q", p.Title)
+			continue
+		}
+		section := string(page)[i:]
+		for _, target := range p.Targets {
+			if !strings.Contains(section, "\n"+target.Expr+"\n") {
+				t.Errorf("docs/observability.md, panel %q: the query %s is not shown as the dashboard has it", p.Title, target.Expr)
+			}
+		}
 	}
 }
