@@ -51,6 +51,8 @@ type group struct {
 	checks  []check
 	passing passingSince
 	state   nodeState
+	// csiDriverReported is set once its driver's CSIDriver has been reported (csidriver.go).
+	csiDriverReported bool
 }
 
 // check is a gate the reconcile checks itself, with the log of its verdicts.
@@ -192,13 +194,8 @@ func (g *group) taintSpecs(retaintAfter time.Duration) []TaintSpec {
 		}
 		return append(slices.Clip(g.Taints), retaint)
 	}
-	for _, gate := range g.Gates {
-		if n, ok := gate.(gates.DriverNamer); ok {
-			if name := n.DriverName(); name != "" {
-				return []TaintSpec{DefaultTaintSpec(name)}
-			}
-			return nil
-		}
+	if name := g.driverName(); name != "" {
+		return []TaintSpec{DefaultTaintSpec(name)}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -152,6 +153,8 @@ func (r *NodeReconciler) ManagerOptions() ctrl.Options {
 func (r *NodeReconciler) RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	// Read once, uncached (csidriver.go).
+	m.Add(storagev1.SchemeGroupVersion.WithKind("CSIDriver"), meta.RESTScopeRoot)
 	for _, c := range r.cachedGates() {
 		gvk, scope := c.RESTMapping()
 		m.Add(gvk, scope)
@@ -348,6 +351,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
 		return nil
 	}
+	r.reportCSIDriver(ctx, g)
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
 	r.reportObservation(ctx, node, specs, g.taintSpecs(0), obs)
 

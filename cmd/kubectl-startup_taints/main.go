@@ -96,5 +96,5 @@ func list(ctx context.Context, c kubernetes.Interface, o options, output string,
 	if err != nil {
 		return err
 	}
-	return printReport(w, rows, nodes, output, time.Now())
+	return printReport(w, rows, nodes, drivers(ctx, c, installs), output, time.Now())
 }

@@ -232,10 +232,19 @@ func TestThePluginShowsEachNodesStartupTaintsAsTheAgentsLeaveThem(t *testing.T) 
 	g.Expect(status).To(BeZero(), errs)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	g.Expect(lines[0]).To(MatchRegexp(`^NODE\s+TAINT\s+STATE\s+SINCE\s+GATE\s+INSTALL\s+DETAIL$`))
-	g.Expect(lines).To(HaveLen(5))
+	g.Expect(lines).To(HaveLen(6))
+	g.Expect(lines[5]).To(Equal("CSIDriver ebs.csi.aws.com: none in the cluster; the startup taint is what keeps pods off its nodes."))
 	g.Expect(lines[4]).To(Equal("2 of 3 nodes hold a startup taint (waiting: 2 on csi; the longest for " +
 		strings.Fields(lines[2])[3] + "); 1 done."))
 	fmt.Println(out)
+	t.Log("the CSIDriver, once it sets preventPodSchedulingIfMissing")
+	prevent := true
+	g.Expect(cl.c.Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
+		Spec: storagev1.CSIDriverSpec{PreventPodSchedulingIfMissing: &prevent}})).To(Succeed())
+	status, out, _ = cl.plugin(cl.kubeconfig, "-l", "pool=storage")
+	g.Expect(status).To(BeZero())
+	g.Expect(out).To(HaveSuffix("CSIDriver ebs.csi.aws.com: preventPodSchedulingIfMissing is set; the scheduler also keeps pods with its " +
+		"PVC-backed volumes off nodes whose CSINode lacks it (not inline volumes, nor the driver's health).\n"))
 	status, out, _ = cl.plugin(cl.kubeconfig, "--all")
 	g.Expect(status).To(BeZero())
 	fmt.Println(out)

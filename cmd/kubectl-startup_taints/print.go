@@ -21,13 +21,14 @@ const (
 
 // report is what -o json prints.
 type report struct {
-	Nodes int   `json:"nodes"`
-	Rows  []Row `json:"taints"`
+	Nodes   int      `json:"nodes"`
+	Rows    []Row    `json:"taints"`
+	Drivers []Driver `json:"drivers"`
 }
 
 // printReport writes the rows as a table (wide adds the detail and the install) or as JSON, and, for a
-// table, a one-line summary.
-func printReport(w io.Writer, rows []Row, nodes int, format string, now time.Time) error {
+// table, a one-line summary and a line per CSI driver.
+func printReport(w io.Writer, rows []Row, nodes int, drivers []Driver, format string, now time.Time) error {
 	slices.SortFunc(rows, func(a, b Row) int {
 		return strings.Compare(a.Node+"\x00"+a.Taint, b.Node+"\x00"+b.Taint)
 	})
@@ -35,9 +36,12 @@ func printReport(w io.Writer, rows []Row, nodes int, format string, now time.Tim
 		if rows == nil {
 			rows = []Row{}
 		}
+		if drivers == nil {
+			drivers = []Driver{}
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(report{Nodes: nodes, Rows: rows})
+		return enc.Encode(report{Nodes: nodes, Rows: rows, Drivers: drivers})
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	header := "NODE\tTAINT\tSTATE\tSINCE\tGATE"
@@ -55,8 +59,15 @@ func printReport(w io.Writer, rows []Row, nodes int, format string, now time.Tim
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, summary(rows, nodes, now))
-	return err
+	if _, err := fmt.Fprintln(w, summary(rows, nodes, now)); err != nil {
+		return err
+	}
+	for _, d := range drivers {
+		if _, err := fmt.Fprintln(w, driverLine(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // since is how long ago t was, as kubectl prints ages.

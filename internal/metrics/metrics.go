@@ -132,6 +132,13 @@ var (
 			"of its removal: the node registered without it, and pods could be scheduled there before the agent was ready.",
 	}, []string{labelTaint})
 
+	// CSIDriverPreventsScheduling is 1 when the driver's CSIDriver sets preventPodSchedulingIfMissing.
+	CSIDriverPreventsScheduling = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_csi_driver_prevents_scheduling",
+		Help: "1 when the CSIDriver of the driver this agent serves sets preventPodSchedulingIfMissing, so that the scheduler " +
+			"itself keeps pods with its PVC-backed volumes off the node until CSINode lists it; 0 when it does not, or there is none.",
+	}, []string{"driver"})
+
 	// BuildInfo carries the build's version, revision and Go version as labels.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "startup_taint_build_info",
@@ -142,7 +149,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(Present, Removals, Readded, RemovalSeconds, ReadyToRemovedSeconds,
 		GateReady, ProbeDuration, ProbeErrors, ForcedRemovals, Retaints, ConditionWrites, Confined,
-		RemovalRefused, MissingAtRegistration, BuildInfo)
+		RemovalRefused, MissingAtRegistration, CSIDriverPreventsScheduling, BuildInfo)
 	BuildInfo.WithLabelValues(version, revision(), runtime.Version()).Set(1)
 }
 
