@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -38,7 +39,8 @@ type ControlPlane struct {
 
 // StartControlPlane runs kube-scheduler, and kube-controller-manager with only the controllers a
 // workload on a hollow node needs: node lifecycle, which removes kubelet's not-ready taint once the
-// Node is Ready, and taint eviction. Both use kubeconfig, an admin's, and write their logs to log.
+// Node is Ready, taint eviction, and the PersistentVolume binder, which binds the claims of
+// PVC-backed volumes (Claim). Both use kubeconfig, an admin's, and write their logs to log.
 func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) {
 	cp := &ControlPlane{}
 	for _, c := range []struct {
@@ -46,7 +48,7 @@ func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) 
 		args []string
 	}{
 		{name: "kube-scheduler"},
-		{name: "kube-controller-manager", args: []string{"--controllers=node-lifecycle-controller,taint-eviction-controller",
+		{name: "kube-controller-manager", args: []string{"--controllers=node-lifecycle-controller,taint-eviction-controller,persistentvolume-binder-controller",
 			"--use-service-account-credentials=false", "--node-monitor-period=1s"}},
 	} {
 		path, err := expectations.EnvtestBinary(c.name)
@@ -89,6 +91,37 @@ func CSIDriver(driver string) *storagev1.CSIDriver {
 		AttachRequired:       ptr.To(false),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
 	}}
+}
+
+// SchedulerCheckedCSIDriver is CSIDriver with Persistent volumes too, and
+// preventPodSchedulingIfMissing: the scheduler's own check (Kubernetes 1.37, KEP-5030) keeps a pod
+// with a PVC-backed volume of driver off a node until its CSINode lists the driver.
+func SchedulerCheckedCSIDriver(driver string) *storagev1.CSIDriver {
+	d := CSIDriver(driver)
+	d.Spec.VolumeLifecycleModes = append(d.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent)
+	d.Spec.PreventPodSchedulingIfMissing = ptr.To(true)
+	return d
+}
+
+// Claim is a PersistentVolumeClaim of namespace/name and the static CSI PersistentVolume of driver
+// bound to it in advance; the PersistentVolume binder marks both Bound.
+func Claim(namespace, name, driver string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(""), VolumeName: namespace + "-" + name, Resources: corev1.VolumeResourceRequirements{Requests: size}}}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: namespace + "-" + name},
+		Spec: corev1.PersistentVolumeSpec{AccessModes: pvc.Spec.AccessModes, Capacity: size, StorageClassName: "",
+			ClaimRef:               &corev1.ObjectReference{Namespace: namespace, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pvc.Name}}}}
+	return pvc, pv
+}
+
+// ClaimPod is Pod with the volume of the claim of namespace/name (Claim) instead of an inline one.
+func ClaimPod(namespace, name, node, claim string, tolerations ...corev1.Toleration) *corev1.Pod {
+	pod := Pod(namespace, name, node, "", tolerations...)
+	pod.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}
+	return pod
 }
 
 // Pod is a pod that may only run on node and mounts an inline volume of driver. It tolerates

@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
+)
+
+// The scheduler's own check (KEP-5030, on by default in Kubernetes 1.37): with
+// preventPodSchedulingIfMissing, NodeVolumeLimits keeps a pod off a node until the node's CSINode
+// lists the driver of its volumes. These specs run it alone, with no startup taint and no agent,
+// on the same path as the strategies of workload_test.go.
+var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial, Ordered, func() {
+	BeforeAll(func(ctx SpecContext) {
+		cp, err := workload.StartControlPlane(kubeconfig, io.Discard)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cp.Stop)
+		csiDriver := workload.SchedulerCheckedCSIDriver(driverName)
+		Expect(k8sClient.Create(ctx, csiDriver)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiDriver))).To(Succeed()) })
+	})
+
+	// run starts a node with three pods whose volumes are PVC-backed (claims) or inline, its
+	// kubelet registering it with no startup taint, and its driver, registered with kubelet
+	// workload.RegistrarDelay late; it waits until every volume is published and returns the
+	// failed mounts.
+	run := func(ctx context.Context, node string, claims bool) (int, []string) {
+		GinkgoHelper()
+		const pods = 3
+		deleteNodeAfterSpec(node)
+		for i := range pods {
+			name := fmt.Sprintf("%s-%d", node, i)
+			pod := workload.Pod("default", name, node, driverName)
+			if claims {
+				pvc, pv := workload.Claim("default", name, driverName)
+				for _, o := range []client.Object{pv, pvc} {
+					Expect(k8sClient.Create(ctx, o)).To(Succeed())
+					DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, o))).To(Succeed()) })
+				}
+				pod = workload.ClaimPod("default", name, node, pvc.Name)
+			}
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) {
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
+			})
+		}
+		failures := workload.NewMountFailures(driverName)
+		kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
+			Log: io.MultiWriter(GinkgoWriter, failures)})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(kubelet.Stop)
+		driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(driver.Stop)
+		// An attach limit, as the EBS driver publishes: the scheduler requeues a pod its check kept
+		// off only when a CSINode update raises a driver's limit (isSchedulableAfterCSINodeUpdated,
+		// v1.37.2). A driver without one leaves the pod to the unschedulable queue's periodic flush,
+		// up to 5 minutes later; without this line, these pods were still Pending 2 minutes after
+		// the registration.
+		driver.SetMaxVolumes(25)
+		time.Sleep(workload.RegistrarDelay)
+		register(kubelet, driver)
+		Eventually(func() int { return len(driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods),
+			func() string { return "kubelet publishes every pod's volume; the pods: " + podStates(ctx, node) })
+		return failures.Count()
+	}
+
+	It("keeps pods with PVC-backed volumes off the node until kubelet registers the driver: no mount fails", func(ctx SpecContext) {
+		failed, examples := run(ctx, "e2e-scheduler-check-pvc", true)
+		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, PVC-backed volumes: %d failed mounts\n", failed)
+		Expect(failed).To(BeZero(), "failed mounts: %v", examples)
+	})
+
+	It("does not cover CSI inline volumes: their mounts fail until the driver is registered", func(ctx SpecContext) {
+		failed, examples := run(ctx, "e2e-scheduler-check-inline", false)
+		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, inline volumes: %d failed mounts\n", failed)
+		Expect(failed).To(BeNumerically(">", 0))
+		Expect(examples).To(ContainElement(ContainSubstring(workload.NotRegistered)))
+	})
+})
+
+// podStates says, for each pod that may only run on node, whether and why it is not scheduled.
+func podStates(ctx context.Context, node string) string {
+	list := &corev1.PodList{}
+	if err := k8sClient.List(ctx, list, client.InNamespace("default")); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range list.Items {
+		if p.Spec.NodeSelector[corev1.LabelHostname] != node {
+			continue
+		}
+		state := p.Name + ": " + string(p.Status.Phase) + " on " + p.Spec.NodeName
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				state += " (" + c.Message + ")"
+			}
+		}
+		out = append(out, state)
+	}
+	return strings.Join(out, "; ")
+}
