@@ -44,14 +44,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 			if obj.GetKind() == "DaemonSet" {
 				Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &daemonSet)).To(Succeed())
 			}
-			Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, obj.DeepCopy()))).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
-			namespaced, err := k8sClient.IsObjectNamespaced(obj)
-			Expect(err).NotTo(HaveOccurred())
-			if !namespaced && obj.GetKind() != "Namespace" {
-				DeferCleanup(func(ctx SpecContext) {
-					Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
-				})
-			}
+			applyObject(ctx, obj)
 		}
 		c := daemonSet.Spec.Template.Spec.Containers[0]
 		Expect(c.Args).To(ContainElement("--conditions-only"))

@@ -62,6 +62,23 @@ type brokenInstall struct {
 	policies           []*admissionv1.ValidatingAdmissionPolicy
 }
 
+// applyObject creates a rendered object; a cluster-scoped one is deleted when the spec ends. The
+// namespace and what is in it stay for the next spec: envtest runs no namespace controller to
+// finish deleting them, and they judge no one.
+func applyObject(ctx SpecContext, obj *unstructured.Unstructured) {
+	GinkgoHelper()
+	Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, obj.DeepCopy()))).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
+	// kustomize writes its namespace into cluster-scoped kinds it does not know, such as the
+	// policies, so ask the API server's mapping instead.
+	namespaced, err := k8sClient.IsObjectNamespaced(obj)
+	Expect(err).NotTo(HaveOccurred())
+	if !namespaced && obj.GetKind() != "Namespace" {
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+		})
+	}
+}
+
 // installBroken applies config/default with broken policies, until the spec ends.
 func installBroken(ctx SpecContext) brokenInstall {
 	GinkgoHelper()
@@ -82,18 +99,7 @@ func installBroken(ctx SpecContext) brokenInstall {
 			Expect(err).NotTo(HaveOccurred())
 			obj.Object = broken
 		}
-		// The namespace and what is in it stay for the next spec: envtest runs no namespace
-		// controller to finish deleting them, and they judge no one.
-		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, obj.DeepCopy()))).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
-		// kustomize writes its namespace into cluster-scoped kinds it does not know, such as the
-		// policies, so ask the API server's mapping instead.
-		namespaced, err := k8sClient.IsObjectNamespaced(obj)
-		Expect(err).NotTo(HaveOccurred())
-		if !namespaced && obj.GetKind() != "Namespace" {
-			DeferCleanup(func(ctx SpecContext) {
-				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
-			})
-		}
+		applyObject(ctx, obj)
 	}
 	Expect(in.policies).NotTo(BeEmpty())
 	in.namespace, in.account = daemonSet.Namespace, daemonSet.Spec.Template.Spec.ServiceAccountName
