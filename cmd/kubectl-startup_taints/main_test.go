@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
@@ -62,16 +63,8 @@ func startCluster(t *testing.T) *cluster {
 // user writes a kubeconfig for a user in groups.
 func (cl *cluster) user(name string, groups ...string) string {
 	cl.t.Helper()
-	u, err := cl.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
-	if err != nil {
-		cl.t.Fatal(err)
-	}
-	data, err := u.KubeConfig()
-	if err != nil {
-		cl.t.Fatal(err)
-	}
 	path := filepath.Join(cl.t.TempDir(), name+".kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := expectations.WriteKubeconfig(cl.env, envtest.User{Name: name, Groups: groups}, path); err != nil {
 		cl.t.Fatal(err)
 	}
 	return path

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -146,17 +147,9 @@ func scrapeAgents(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfigData, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
+	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	binary := filepath.Join(dir, "startup-taint-remover")

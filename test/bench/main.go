@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -287,16 +288,8 @@ func (e *env) stop() {
 
 // kubeconfigFor writes a kubeconfig for a user of its own, so the audit log tells its requests apart.
 func (e *env) kubeconfigFor(user string) (string, error) {
-	u, err := e.testEnv.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return "", err
-	}
-	data, err := u.KubeConfig()
-	if err != nil {
-		return "", err
-	}
 	path := filepath.Join(e.work, user+".kubeconfig")
-	return path, os.WriteFile(path, data, 0o600)
+	return path, expectations.WriteKubeconfig(e.testEnv, envtest.User{Name: user, Groups: []string{"system:masters"}}, path)
 }
 
 func logf(format string, args ...any) {

@@ -81,21 +81,13 @@ func run(binary string) error {
 	if err != nil {
 		return err
 	}
-	admin, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	kubeconfigData, err := admin.KubeConfig()
-	if err != nil {
-		return err
-	}
 	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kubeconfigData, 0o600); err != nil {
+	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
 		return err
 	}
 	done()
 
-	done = step("starting kube-scheduler and kube-controller-manager (node lifecycle and taint eviction)")
+	done = step("starting kube-scheduler and kube-controller-manager (node lifecycle, taint eviction, PV binder)")
 	cp, err := workload.StartControlPlane(kubeconfig, io.Discard)
 	if err != nil {
 		return err

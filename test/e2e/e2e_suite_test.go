@@ -58,12 +58,8 @@ var _ = BeforeSuite(func() {
 	k8sClient, err = client.New(restConfig, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	admin, err := testEnv.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	data, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
+	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
 })
 
 // freeAddr returns a loopback address with a port that was free a moment ago.

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
@@ -162,4 +163,18 @@ func StartManager(cfg *rest.Config, opts ctrl.Options, setup func(ctrl.Manager) 
 		gomega.Eventually(stopped, 10*time.Second).Should(gomega.BeClosed())
 	})
 	return done
+}
+
+// WriteKubeconfig writes, at path, a kubeconfig with which a process acts as user against env's
+// API server: the admin of a test, a kubelet, the kubectl plugin's reader.
+func WriteKubeconfig(env *envtest.Environment, user envtest.User, path string) error {
+	u, err := env.AddUser(user, nil)
+	if err != nil {
+		return fmt.Errorf("adding user %s: %w", user.Name, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("the kubeconfig of user %s: %w", user.Name, err)
+	}
+	return os.WriteFile(path, data, 0o600)
 }

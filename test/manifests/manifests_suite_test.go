@@ -5,7 +5,6 @@ package manifests
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -57,12 +56,8 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(testEnv.Stop)
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
-	admin, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	data, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
+	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
 })
 
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
@@ -134,12 +129,8 @@ func kubelet(ctx context.Context, node string) client.Client {
 func kubeletKubeconfig(ctx context.Context, node string) string {
 	GinkgoHelper()
 	kubelet(ctx, node)
-	user, err := testEnv.AddUser(envtest.User{Name: "system:node:" + node, Groups: []string{"system:nodes"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	data, err := user.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), node+".kubeconfig")
-	Expect(os.WriteFile(path, data, 0o600)).To(Succeed())
+	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "system:node:" + node, Groups: []string{"system:nodes"}}, path)).To(Succeed())
 	return path
 }
 
