@@ -12,9 +12,11 @@
 //     Nodes at once;
 //  4. the start sequence with the real kubelet (kubemark's hollow node): the driver and its
 //     registrar start, kubelet writes the CSINode entry, the binary removes the taint;
-//  5. the outcome, by removal strategy: hollow nodes boot together while pods that need their
-//     driver wait, the real scheduler places the pods, and kubelet mounts their volumes through
-//     the driver, or fails to.
+//  5. the outcome, by removal strategy, beside the scheduler's own check: hollow nodes boot
+//     together while pods that need their driver (inline or PVC-backed volumes) wait, the real
+//     scheduler places the pods, and kubelet mounts their volumes through the driver, or fails
+//     to; also with a driver whose Probe is not ready after its registration, and one that dies
+//     later.
 package main
 
 import (
@@ -81,8 +83,8 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "100,1000,5000", "cluster sizes (Node objects) for the memory runs")
 	flag.DurationVar(&c.idle, "idle", 5*time.Minute, "idle period over which periodic requests are counted")
 	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
-	fleets := flag.String("workload-nodes", "1,10,20", "hollow nodes booting together in the workload scenario, each size in turn")
-	flag.IntVar(&c.workloadTrials, "workload-trials", 100, "nodes per strategy and size in the workload scenario")
+	fleets := flag.String("workload-nodes", "1,10", "hollow nodes booting together in the workload scenario, each size in turn")
+	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
 	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,plugin",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md; all by default")

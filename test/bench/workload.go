@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,35 +31,101 @@ type strategy struct {
 	// agentArgs are the agent's flags beyond its connection and node; nil runs no agent, and
 	// kubelet registers the Node without the startup taint.
 	agentArgs []string
+	// preventScheduling sets the driver's CSIDriver preventPodSchedulingIfMissing: the
+	// scheduler's own check (KEP-5030) keeps pods with PVC-backed volumes off a node until its
+	// CSINode lists the driver.
+	preventScheduling bool
 }
 
-// strategies are the rows of the workload table: no startup taint, removal once the driver's
-// process answers (as the EFS driver removes its taint), this project's defaults, and the
-// defaults with the driver's volume limit required.
-var strategies = []strategy{
-	{name: "no startup taint"},
-	{name: "taint removed when the driver answers (`--require-csinode=false`)", agentArgs: []string{"--require-csinode=false"}},
-	{name: "default: Probe and kubelet's CSINode registration", agentArgs: []string{}},
-	{name: "default with `--require-allocatable`", agentArgs: []string{"--require-allocatable"}},
-}
+// The strategies: no startup taint, the scheduler's own check, removal once the driver's process
+// answers (as the EFS driver removes its taint), this project's defaults, the defaults with the
+// driver's volume limit required, the defaults beside the scheduler's check, and continuous mode
+// beside it.
+var (
+	noTaint     = strategy{name: "no startup taint"}
+	upstream    = strategy{name: "no startup taint, `preventPodSchedulingIfMissing: true` (the scheduler's check)", preventScheduling: true}
+	answers     = strategy{name: "taint removed when the driver answers (`--require-csinode=false`)", agentArgs: []string{"--require-csinode=false"}}
+	defaults    = strategy{name: "default: Probe and kubelet's CSINode registration", agentArgs: []string{}}
+	allocatable = strategy{name: "default with `--require-allocatable`", agentArgs: []string{"--require-allocatable"}}
+	both        = strategy{name: "default and `preventPodSchedulingIfMissing: true`", agentArgs: []string{}, preventScheduling: true}
+	continuous  = strategy{name: "continuous mode (`--retaint-after=" + retaintAfter.String() + "`) and `preventPodSchedulingIfMissing: true`",
+		agentArgs: []string{"--taint=" + startupTaint.Key, "--retaint-after=" + retaintAfter.String()}, preventScheduling: true}
+)
 
-// strategyResult is what one strategy did to the pods of its nodes.
-type strategyResult struct {
+// fault is what a node's driver does.
+type fault int
+
+const (
+	// slowRegistrar: the driver answers its Probe from the start, and its registrar registers
+	// it with kubelet workload.RegistrarDelay later.
+	slowRegistrar fault = iota
+	// notReadyAfterRegistration: as slowRegistrar, but the driver's Probe answers not ready, and
+	// the driver refuses volumes (fakecsi.NotServing), until notReadyFor after the registration.
+	notReadyAfterRegistration
+	// diesLater: the node starts as with slowRegistrar; once every pod has its volume, the driver
+	// stops for outage while its registrar keeps it registered, as when a driver container
+	// crashes, and podsPerNode new pods arrive, one every arrivalGap.
+	diesLater
+)
+
+// The faults' timings, and continuous mode's threshold.
+const (
+	notReadyFor  = 6 * time.Second
+	outage       = 15 * time.Second
+	arrivalGap   = 5 * time.Second
+	retaintAfter = 2 * time.Second
+)
+
+// workloadCase is one row of the workload tables: a strategy, the kind of volume its pods mount
+// and what their driver does.
+type workloadCase struct {
 	strategy
+	// claims mounts PVC-backed volumes (static CSI PersistentVolumes) instead of CSI inline ones.
+	claims bool
+	fault  fault
+}
+
+// workloadCases are the rows, by fault. With a slow registrar, every strategy but "both" runs on
+// inline volumes, and the ones the scheduler's check is compared with run on PVC-backed volumes
+// too, the only kind it covers; each fault runs the scheduler's check and the agent on both kinds.
+var workloadCases = []workloadCase{
+	{strategy: noTaint}, {strategy: upstream}, {strategy: answers}, {strategy: defaults}, {strategy: allocatable},
+	{strategy: noTaint, claims: true}, {strategy: upstream, claims: true}, {strategy: defaults, claims: true}, {strategy: both, claims: true},
+
+	{strategy: upstream, fault: notReadyAfterRegistration}, {strategy: defaults, fault: notReadyAfterRegistration},
+	{strategy: upstream, claims: true, fault: notReadyAfterRegistration}, {strategy: both, claims: true, fault: notReadyAfterRegistration},
+
+	{strategy: upstream, fault: diesLater}, {strategy: continuous, fault: diesLater},
+	{strategy: upstream, claims: true, fault: diesLater}, {strategy: continuous, claims: true, fault: diesLater},
+}
+
+// volumes names a case's kind of volume.
+func (c workloadCase) volumes() string {
+	if c.claims {
+		return "PVC-backed"
+	}
+	return "inline"
+}
+
+// caseResult is what one case did to the pods of its nodes.
+type caseResult struct {
+	workloadCase
 	together, nodes int
-	// failed counts kubelet's failed mounts; nodesFailed the nodes with at least one.
+	// failed counts kubelet's failed mounts after the fault's start; nodesFailed the nodes with at
+	// least one; causes are their causes (workload.MountFailures.Causes).
 	failed, nodesFailed int
-	notRegistered       bool
-	// createdToPublished runs from the Node's creation to its first pod's volume published,
-	// goneToScheduled from the startup taint gone to the node's first pod scheduled.
-	createdToPublished, goneToScheduled []time.Duration
+	causes              []string
+	// toFirst and toLast run from the fault's start (the Node's creation, or the driver's death) to
+	// the first and the last volume published after it; goneToScheduled from the startup taint
+	// gone to the node's first pod scheduled.
+	toFirst, toLast, goneToScheduled []time.Duration
 	// requests are the agent's API requests per node, over its start.
 	requests []int
 	// stalls say why a node waited more than stallAfter for its last volume.
 	stalls []string
 }
 
-// stallAfter is how long after its creation a node's last volume must be published before the
+// stallAfter is how long after its start a node's last volume must be published before the
 // report names the node and says which component held it. The scheduler retries a pod it missed
 // an event for after at most 5 minutes, so a node's run waits for longer than that.
 const (
@@ -75,12 +140,27 @@ type workloadNode struct {
 	driver     *fakecsi.Driver
 	agentConf  string
 	agent      *exec.Cmd
-	registrar  *fakecsi.Registrar
-	failures   *workload.MountFailures
-	created    time.Time
-	taintGone  time.Time
+	// agentExited is closed when the agent exits; agentLog holds the end of its output.
+	agentExited chan struct{}
+	agentLog    *tailBuffer
+	registrar   *fakecsi.Registrar
+	failures    *workload.MountFailures
+	created     time.Time
+	taintGone   time.Time
+	// died is when the driver stopped, with diesLater; failedBefore and publishedBefore are the
+	// failed mounts and the volumes published before it.
+	died                          time.Time
+	failedBefore, publishedBefore int
 	// scheduled is when each of its pods was seen bound to it.
 	scheduled map[string]time.Time
+}
+
+// start is when the node's fault started: the driver's death, or else the Node's creation.
+func (n *workloadNode) start() time.Time {
+	if !n.died.IsZero() {
+		return n.died
+	}
+	return n.created
 }
 
 // firstScheduled and lastScheduled are when the node's first and last pod were bound to it.
@@ -104,12 +184,12 @@ func (n *workloadNode) lastScheduled() time.Time {
 	return last
 }
 
-// measureWorkload runs each strategy on trials nodes, for each of fleets that many booting at
-// once: each node's kubelet (the hollow kubelet) registers it while podsPerNode pods that need
-// the driver wait for it, the driver starts answering its Probe with the node, and its registrar registers
-// it with kubelet workload.RegistrarDelay later. The real scheduler and node lifecycle controller
-// place the pods; a round ends when kubelet has published every pod's volume through the driver.
-func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, trials int) ([]strategyResult, error) {
+// measureWorkload runs each case on trials nodes, for each of fleets that many booting at once:
+// each node's kubelet (the hollow kubelet) registers it while podsPerNode pods that need the
+// driver wait for it, the driver starts with the node, and its registrar registers it with kubelet
+// workload.RegistrarDelay later. The real scheduler and node lifecycle controller place the pods;
+// a round ends when kubelet has published every pod's volume through the driver.
+func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, trials int) ([]caseResult, error) {
 	admin, err := e.kubeconfigFor("bench-workload-admin")
 	if err != nil {
 		return nil, err
@@ -124,38 +204,51 @@ func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, t
 		return nil, err
 	}
 	defer cp.Stop()
-	if err := e.c.Create(ctx, workload.CSIDriver(driverName)); err != nil {
-		return nil, err
-	}
 	defer func() { _ = e.c.Delete(context.Background(), workload.CSIDriver(driverName)) }()
 
-	var results []strategyResult
+	var results []caseResult
 	for _, together := range fleets {
-		for si, s := range strategies {
-			res := strategyResult{strategy: s, together: together}
+		for ci, c := range workloadCases {
+			if err := setCSIDriver(ctx, e, c.preventScheduling); err != nil {
+				return nil, err
+			}
+			res := caseResult{workloadCase: c, together: together}
 			for round := 0; res.nodes < trials; round++ {
 				names := make([]string, min(together, trials-res.nodes))
 				for i := range names {
-					names[i] = fmt.Sprintf("workload-%d-%d-%d-%d", together, si, round, i)
+					names[i] = fmt.Sprintf("workload-%d-%d-%d-%d", together, ci, round, i)
 				}
-				nodes, err := workloadRound(ctx, e, binary, admin, s, names)
+				nodes, err := workloadRound(ctx, e, binary, admin, c, names)
 				if err != nil {
-					return nil, fmt.Errorf("%s, %d together, round %d: %w", s.name, together, round, err)
+					return nil, fmt.Errorf("%s, %s volumes, %d together, round %d: %w", c.name, c.volumes(), together, round, err)
 				}
 				if err := res.add(e, nodes); err != nil {
 					return nil, err
 				}
 			}
-			logf("  %d together, %s: %d failed mounts on %d of %d nodes; created to first volume published p50 %s",
-				together, s.name, res.failed, res.nodesFailed, res.nodes, ms(percentile(res.createdToPublished, 0.5)))
+			logf("  %d together, %s, %s volumes: %d failed mounts on %d of %d nodes; first volume published p50 %s after the start",
+				together, c.name, c.volumes(), res.failed, res.nodesFailed, res.nodes, ms(percentile(res.toFirst, 0.5)))
 			results = append(results, res)
 		}
 	}
 	return results, nil
 }
 
+// setCSIDriver replaces the driver's CSIDriver with one that sets preventPodSchedulingIfMissing
+// or not; the scheduler sees the change through its informer before the next round's pods.
+func setCSIDriver(ctx context.Context, e *env, preventScheduling bool) error {
+	d := workload.CSIDriver(driverName)
+	if preventScheduling {
+		d = workload.SchedulerCheckedCSIDriver(driverName)
+	}
+	if err := client.IgnoreNotFound(e.c.Delete(ctx, workload.CSIDriver(driverName))); err != nil {
+		return err
+	}
+	return e.c.Create(ctx, d)
+}
+
 // add records a round's nodes.
-func (r *strategyResult) add(e *env, nodes []*workloadNode) error {
+func (r *caseResult) add(e *env, nodes []*workloadNode) error {
 	users := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		if n.user != "" {
@@ -168,22 +261,26 @@ func (r *strategyResult) add(e *env, nodes []*workloadNode) error {
 	}
 	for _, n := range nodes {
 		r.nodes++
-		failed, examples := n.failures.Count()
-		r.failed += failed
-		if failed > 0 {
+		failed, _ := n.failures.Count()
+		r.failed += failed - n.failedBefore
+		if failed > n.failedBefore {
 			r.nodesFailed++
 		}
-		r.notRegistered = r.notRegistered || slices.ContainsFunc(examples, func(l string) bool {
-			return strings.Contains(l, workload.NotRegistered)
-		})
-		published := n.driver.Published()
-		r.createdToPublished = append(r.createdToPublished, published[0].At.Sub(n.created))
-		if !n.taintGone.IsZero() {
+		for _, c := range n.failures.Causes(n.failedBefore) {
+			if !slices.Contains(r.causes, c) {
+				r.causes = append(r.causes, c)
+			}
+		}
+		published := n.driver.Published()[n.publishedBefore:]
+		first, last := published[0].At, published[len(published)-1].At
+		r.toFirst = append(r.toFirst, first.Sub(n.start()))
+		r.toLast = append(r.toLast, last.Sub(n.start()))
+		if !n.taintGone.IsZero() && r.fault != diesLater {
 			r.goneToScheduled = append(r.goneToScheduled, n.firstScheduled().Sub(n.taintGone))
 		}
-		if last := published[len(published)-1].At; last.Sub(n.created) > stallAfter {
-			stall := fmt.Sprintf("%s: last volume published %s after the node's creation; the scheduler bound its last pod %s after it",
-				n.name, last.Sub(n.created).Round(time.Second), n.lastScheduled().Sub(n.created).Round(time.Second))
+		if last.Sub(n.start()) > stallAfter {
+			stall := fmt.Sprintf("%s: last volume published %s after the start; the scheduler bound its last pod %s after it",
+				n.name, last.Sub(n.start()).Round(time.Second), n.lastScheduled().Sub(n.start()).Round(time.Second))
 			logf("  %s", stall)
 			r.stalls = append(r.stalls, stall)
 		}
@@ -194,14 +291,14 @@ func (r *strategyResult) add(e *env, nodes []*workloadNode) error {
 	return nil
 }
 
-// workloadRound boots one node per name at once under strategy s, and returns once kubelet has
+// workloadRound boots one node per name at once under case c, and returns once kubelet has
 // published every pod's volume on each, with the agents stopped.
-func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, s strategy, names []string) ([]*workloadNode, error) {
+func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, c workloadCase, names []string) ([]*workloadNode, error) {
 	nodes := make([]*workloadNode, len(names))
 	var err error
 	for i, name := range names {
-		nodes[i] = &workloadNode{name: name, failures: workload.NewMountFailures(driverName), scheduled: map[string]time.Time{}}
-		if s.agentArgs != nil {
+		nodes[i] = &workloadNode{name: name, failures: workload.NewMountFailures(), scheduled: map[string]time.Time{}}
+		if c.agentArgs != nil {
 			nodes[i].user = "agent-" + name
 			// One user per agent, so the audit log tells their requests apart.
 			if nodes[i].agentConf, err = e.kubeconfigFor(nodes[i].user); err != nil {
@@ -209,7 +306,7 @@ func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, s str
 			}
 		}
 		for p := range podsPerNode {
-			if err := e.c.Create(ctx, workload.Pod(metav1.NamespaceDefault, fmt.Sprintf("%s-%d", name, p), name, driverName)); err != nil {
+			if err := createPod(ctx, e, c, name, fmt.Sprintf("%s-%d", name, p)); err != nil {
 				return nil, err
 			}
 		}
@@ -223,7 +320,7 @@ func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, s str
 
 	errs := make(chan error, len(nodes))
 	for _, n := range nodes {
-		go func() { errs <- bootNode(ctx, e, binary, kubeconfig, s, n) }()
+		go func() { errs <- bootNode(ctx, e, binary, kubeconfig, c, n) }()
 	}
 	var all []error
 	for range nodes {
@@ -237,12 +334,22 @@ func workloadRound(ctx context.Context, e *env, binary, kubeconfig string, s str
 	return nodes, watched.check()
 }
 
+// createPod creates a pod of case c's kind that needs the driver and may only run on node.
+func createPod(ctx context.Context, e *env, c workloadCase, node, name string) error {
+	for _, o := range workload.PodObjects(metav1.NamespaceDefault, name, node, driverName, c.claims) {
+		if err := e.c.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // bootNode starts a node's kubelet, driver and agent, registers the driver with kubelet
 // workload.RegistrarDelay after the driver started, and waits until kubelet has published every
-// pod's volume.
-func bootNode(ctx context.Context, e *env, binary, kubeconfig string, s strategy, n *workloadNode) error {
+// pod's volume; then, with diesLater, it plays the driver's death.
+func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workloadCase, n *workloadNode) error {
 	var taints []corev1.Taint
-	if s.agentArgs != nil {
+	if c.agentArgs != nil {
 		taints = []corev1.Taint{startupTaint}
 	}
 	var err error
@@ -250,37 +357,97 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, s strategy
 		RegisterWithTaints: taints, Log: n.failures}); err != nil {
 		return err
 	}
-	if n.driver, err = fakecsi.Start(filepath.Join(e.work, n.name+".sock"), driverName, fakecsi.Ready); err != nil {
+	readiness := fakecsi.Ready
+	if c.fault == notReadyAfterRegistration {
+		readiness = fakecsi.NotReady
+	}
+	if n.driver, err = fakecsi.Start(filepath.Join(e.work, n.name+".sock"), driverName, readiness); err != nil {
 		return err
 	}
+	// An attach limit, as the EBS driver publishes: the scheduler requeues a pod its own check
+	// kept off only when a CSINode update raises a driver's limit.
 	n.driver.SetMaxVolumes(25)
 	started := time.Now()
-	if s.agentArgs != nil {
+	if c.agentArgs != nil {
 		n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, "--node-name=" + n.name,
-			"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, s.agentArgs...)...)
-		n.agent.Stdout, n.agent.Stderr = io.Discard, io.Discard
+			"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.agentArgs...)...)
+		n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
+		n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
 		if err := n.agent.Start(); err != nil {
 			return err
 		}
+		go func() { _ = n.agent.Wait(); close(n.agentExited) }()
 	}
 	time.Sleep(time.Until(started.Add(workload.RegistrarDelay)))
 	if n.registrar, err = fakecsi.Register(n.kubelet.PluginsRegistry(), driverName, n.driver.Path()); err != nil {
 		return err
 	}
+	if c.fault == notReadyAfterRegistration {
+		time.Sleep(notReadyFor)
+		n.driver.SetReadiness(fakecsi.Ready)
+	}
+	if err := waitPublished(ctx, e, n, podsPerNode); err != nil || c.fault != diesLater {
+		return err
+	}
+
+	n.failedBefore, _ = n.failures.Count()
+	n.publishedBefore = len(n.driver.Published())
+	n.died = time.Now()
+	n.driver.Stop()
+	for p := range podsPerNode {
+		time.Sleep(time.Until(n.died.Add(time.Duration(p) * arrivalGap)))
+		if err := createPod(ctx, e, c, n.name, fmt.Sprintf("%s-late-%d", n.name, p)); err != nil {
+			return err
+		}
+	}
+	time.Sleep(time.Until(n.died.Add(outage)))
+	if err := n.driver.Restart(); err != nil {
+		return err
+	}
+	return waitPublished(ctx, e, n, 2*podsPerNode)
+}
+
+// waitPublished waits until kubelet has published want volumes through the node's driver.
+func waitPublished(ctx context.Context, e *env, n *workloadNode, want int) error {
 	deadline := time.Now().Add(nodeTimeout)
-	for len(n.driver.Published()) < podsPerNode {
+	for len(n.driver.Published()) < want {
 		select {
 		case <-n.kubelet.Exited():
 			return fmt.Errorf("%s: kubelet exited: %w", n.name, n.kubelet.Err())
+		case <-n.agentExited: // nil, and never ready, without an agent
+			return fmt.Errorf("%s: the agent exited: %s", n.name, n.agentLog)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: kubelet published %d of %d volumes in %s (%s)", n.name, len(n.driver.Published()), podsPerNode,
+			return fmt.Errorf("%s: kubelet published %d of %d volumes in %s (%s)", n.name, len(n.driver.Published()), want,
 				nodeTimeout, podStates(ctx, e, n.name))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// tailBuffer keeps the last 4 KiB written to it: the end of an agent's log, for an error.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+// Write implements io.Writer.
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - 4096; over > 0 {
+		t.buf = t.buf[over:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
 }
 
 // podStates says where each of a node's pods is, for an error.
@@ -310,13 +477,14 @@ func stopAgents(nodes []*workloadNode) {
 	for _, n := range nodes {
 		if n.agent != nil && n.agent.Process != nil {
 			_ = n.agent.Process.Signal(syscall.SIGTERM)
-			_ = n.agent.Wait()
+			<-n.agentExited
 			n.agent = nil
 		}
 	}
 }
 
-// cleanUpRound stops what a round started and deletes its Nodes, CSINodes and pods, so the next
+// cleanUpRound stops what a round started and deletes its Nodes, CSINodes, pods and their claims
+// and volumes, so the next
 // round starts on an empty cluster.
 func cleanUpRound(e *env, nodes []*workloadNode) {
 	ctx := context.Background()
@@ -337,6 +505,9 @@ func cleanUpRound(e *env, nodes []*workloadNode) {
 	}
 	wg.Wait()
 	_ = e.c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(metav1.NamespaceDefault), client.GracePeriodSeconds(0))
+	// The claims and volumes go once the protection controllers see no pod using them.
+	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(metav1.NamespaceDefault))
+	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolume{})
 	for _, n := range nodes {
 		_ = e.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
 		_ = e.cs.StorageV1().CSINodes().Delete(ctx, n.name, metav1.DeleteOptions{})
@@ -431,49 +602,78 @@ func (w *roundWatch) check() error {
 	return nil
 }
 
-// workloadMarkdown reports the strategies side by side.
-func workloadMarkdown(results []strategyResult, machine string, elapsed time.Duration) string {
+// faultReports are the workload tables' headings and what each measures from, by fault.
+var faultReports = []struct {
+	fault                 fault
+	heading, start, intro string
+}{
+	{slowRegistrar, "A slow registrar", "created", fmt.Sprintf("The driver answers its Probe from the start; its registrar "+
+		"registers it with kubelet %s later, as a slow node-driver-registrar does.", workload.RegistrarDelay)},
+	{notReadyAfterRegistration, "The driver's Probe not ready after its registration", "created", fmt.Sprintf("The registrar "+
+		"registers the driver %s after it starts, but the driver answers its Probe not ready, and refuses to publish volumes, "+
+		"until %s later, as a driver still initializing (reaching its cloud's API, loading a module) does.", workload.RegistrarDelay, notReadyFor)},
+	{diesLater, "The driver dies later", "driver died", fmt.Sprintf("The node starts as above; once every pod has its volume, "+
+		"the driver stops for %s while its registrar keeps it registered with kubelet, as when the driver's container crashes, "+
+		"and %d new pods arrive, one every %s from its death. Times run from its death, to the new pods' volumes.",
+		outage, podsPerNode, arrivalGap)},
+}
+
+// workloadMarkdown reports the cases side by side, one table per fault.
+func workloadMarkdown(results []caseResult, machine string, elapsed time.Duration) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# Pods that need the driver, by removal strategy")
 	p("")
 	p("Machine: %s. Whole run: %s (`make bench`). Each node is a hollow kubelet v1.37.2 (kubelet's real CSI volume", machine,
 		elapsed.Round(time.Second))
-	p("path, with a fake mounter), placed on by the real kube-scheduler and kube-controller-manager (node lifecycle and")
-	p("taint eviction only), against an envtest API server on the same machine. %d pods per node, with an inline CSI", podsPerNode)
-	p("volume and a `nodeSelector` for it, wait before the node joins. The driver answers its Probe from the start; its")
-	p("registrar registers it with kubelet %s later, as a slow node-driver-registrar does. A node's run ends when", workload.RegistrarDelay)
-	p("kubelet has published every pod's volume through the driver (`NodePublishVolume`).")
+	p("path, with a fake mounter), placed on by the real kube-scheduler and kube-controller-manager (node lifecycle, taint")
+	p("eviction, the PersistentVolume binder), against an envtest API server on the same machine. %d pods per node wait", podsPerNode)
+	p("before the node joins, each with a `nodeSelector` for it and a volume of the driver: a CSI inline volume, or a")
+	p("PVC-backed one (a static CSI PersistentVolume bound to its claim). The driver publishes an attach limit, as the EBS")
+	p("driver does. A node's run ends when kubelet has published every pod's volume through the driver (`NodePublishVolume`).")
 	p("")
-	p("- **failed mounts**: kubelet's `MountVolume.SetUp failed` log lines for the driver's volumes (the hollow kubelet's")
-	p("  events never reach the API server), and on how many nodes.")
-	p("- **created → first volume published**: from the watch event of the Node's creation to the driver's first publish.")
+	p("- **failed mounts**: kubelet's log lines of a failed mount step of the driver's volumes (`MountVolume.MountDevice failed`")
+	p("  for a PVC-backed volume's staging, `MountVolume.SetUp failed` for a publish; the hollow kubelet's events never reach")
+	p("  the API server), on how many nodes, and their causes.")
+	p("- **→ first / last volume published**: from the watch event of the Node's creation (or the driver's death) to the")
+	p("  driver's first and last publish.")
 	p("- **taint gone → first pod scheduled**: from the watch event without the startup taint to the first pod bound to the")
 	p("  node; the scheduler also waits for the node lifecycle controller to lift kubelet's `not-ready` taint.")
 	p("- **API requests per node**: the agent's, from its start until every node of its round has its volumes, from the audit log.")
-	p("")
-	p("| strategy | nodes booting together | nodes | failed mounts (nodes) | created → first volume published p50 / p95 / p99 | " +
-		"taint gone → first pod scheduled p50 / p95 / p99 | API requests per node (median) |")
-	p("|---|---|---|---|---|---|---|")
-	for _, r := range results {
-		failed := fmt.Sprintf("**%d** (%d)", r.failed, r.nodesFailed)
-		if r.notRegistered {
-			failed += ", \"not found in the list of registered CSI drivers\""
+	for _, f := range faultReports {
+		p("")
+		p("## %s", f.heading)
+		p("")
+		p("%s", f.intro)
+		p("")
+		p("| strategy | volumes | nodes together | nodes | failed mounts (nodes) | %s → first volume published p50 / p95 / p99 | "+
+			"%s → last volume published p50 / p95 / p99 | taint gone → first pod scheduled p50 / p95 / p99 | API requests per node (median) |",
+			f.start, f.start)
+		p("|---|---|---|---|---|---|---|---|---|")
+		for _, r := range results {
+			if r.fault != f.fault {
+				continue
+			}
+			failed := fmt.Sprintf("**%d** (%d)", r.failed, r.nodesFailed)
+			for _, c := range r.causes {
+				failed += fmt.Sprintf(", %q", c)
+			}
+			gone, requests := "-", "no agent"
+			if len(r.goneToScheduled) > 0 {
+				gone = triple(r.goneToScheduled)
+			}
+			if len(r.requests) > 0 {
+				slices.Sort(r.requests)
+				requests = fmt.Sprint(r.requests[len(r.requests)/2])
+			}
+			p("| %s | %s | %d | %d | %s | %s | %s | %s | %s |", r.name, r.volumes(), r.together, r.nodes, failed,
+				triple(r.toFirst), triple(r.toLast), gone, requests)
 		}
-		gone, requests := "no taint", "no agent"
-		if len(r.goneToScheduled) > 0 {
-			gone = triple(r.goneToScheduled)
-		}
-		if len(r.requests) > 0 {
-			slices.Sort(r.requests)
-			requests = fmt.Sprint(r.requests[len(r.requests)/2])
-		}
-		p("| %s | %d | %d | %s | %s | %s | %s |", r.name, r.together, r.nodes, failed, triple(r.createdToPublished), gone, requests)
 	}
 	var stalls []string
 	for _, r := range results {
 		for _, s := range r.stalls {
-			stalls = append(stalls, fmt.Sprintf("- %s, %d together: %s", r.name, r.together, s))
+			stalls = append(stalls, fmt.Sprintf("- %s, %s volumes, %d together: %s", r.name, r.volumes(), r.together, s))
 		}
 	}
 	if len(stalls) > 0 {

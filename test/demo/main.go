@@ -106,7 +106,7 @@ func run(binary string) error {
 	done()
 
 	startup := corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
-	failures := workload.NewMountFailures(driverName)
+	failures := workload.NewMountFailures()
 	done = step("starting kubelet (kubemark's hollow node), which registers node %s with its startup taint and another taint", nodeName)
 	kubelet, err := startKubelet(work, kubeconfig, failures, startup)
 	if err != nil {

@@ -54,7 +54,7 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 	for i := range pods {
 		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
 	}
-	failures := workload.NewMountFailures(driverName)
+	failures := workload.NewMountFailures()
 	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
 		RegisterWithTaints: []corev1.Taint{startupTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
 	Expect(err).NotTo(HaveOccurred())

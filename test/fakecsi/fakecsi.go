@@ -171,11 +171,19 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	return &csi.NodeGetCapabilitiesResponse{}, nil
 }
 
+// NotServing is NodePublishVolume's error while the driver's Probe would not answer ready: a
+// driver still initializing, or unhealthy, cannot serve a volume.
+const NotServing = "fakecsi: not ready to serve volumes"
+
 // NodePublishVolume implements csi.NodeServer: it records the call and creates the target
-// directory, which is all a test's kubelet, whose mounter is fake, needs.
+// directory, which is all a test's kubelet, whose mounter is fake, needs. It fails with
+// NotServing unless Probe would answer ready.
 func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" || req.GetTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "fakecsi: volume ID and target path are required")
+	}
+	if r := Readiness(d.readiness.Load()); r != Ready && r != ReadyUnset {
+		return nil, status.Error(codes.Unavailable, NotServing)
 	}
 	if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

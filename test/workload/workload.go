@@ -1,7 +1,7 @@
 // Package workload is what the tests, the benchmark and the demo need to run pods that use a CSI
 // driver on a hollow node: the scheduler and the node lifecycle controller that place them (built
-// beside the envtest binaries by hack/envtest), the pods and the CSIDriver object their inline
-// volumes need, and a count of the mounts kubelet failed.
+// beside the envtest binaries by hack/envtest), the pods with their inline or PVC-backed volumes,
+// the CSIDriver object those need, and a count of the mounts kubelet failed.
 package workload
 
 import (
@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
 // NotRegistered is kubelet's message for a mount of a driver it has not registered yet: the
@@ -39,8 +43,9 @@ type ControlPlane struct {
 
 // StartControlPlane runs kube-scheduler, and kube-controller-manager with only the controllers a
 // workload on a hollow node needs: node lifecycle, which removes kubelet's not-ready taint once the
-// Node is Ready, taint eviction, and the PersistentVolume binder, which binds the claims of
-// PVC-backed volumes (Claim). Both use kubeconfig, an admin's, and write their logs to log.
+// Node is Ready, taint eviction, the PersistentVolume binder, which binds the claims of PVC-backed
+// volumes (Claim), and the claims' and volumes' protection, which lets them go once no pod uses
+// them. Both use kubeconfig, an admin's, and write their logs to log.
 func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) {
 	cp := &ControlPlane{}
 	for _, c := range []struct {
@@ -48,7 +53,9 @@ func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) 
 		args []string
 	}{
 		{name: "kube-scheduler"},
-		{name: "kube-controller-manager", args: []string{"--controllers=node-lifecycle-controller,taint-eviction-controller,persistentvolume-binder-controller",
+		{name: "kube-controller-manager", args: []string{"--controllers=" + strings.Join([]string{"node-lifecycle-controller",
+			"taint-eviction-controller", "persistentvolume-binder-controller", "persistentvolumeclaim-protection-controller",
+			"persistentvolume-protection-controller"}, ","),
 			"--use-service-account-credentials=false", "--node-monitor-period=1s"}},
 	} {
 		path, err := expectations.EnvtestBinary(c.name)
@@ -84,23 +91,34 @@ func (cp *ControlPlane) Stop() {
 	cp.cmds = nil
 }
 
-// CSIDriver is the CSIDriver object of a driver that serves inline (ephemeral) volumes and needs
-// no attach: kubelet refuses an inline volume of a driver without one.
+// CSIDriver is the CSIDriver object of a driver that serves inline (ephemeral) and PVC-backed
+// (persistent) volumes and needs no attach: kubelet refuses an inline volume of a driver without
+// one.
 func CSIDriver(driver string) *storagev1.CSIDriver {
 	return &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver}, Spec: storagev1.CSIDriverSpec{
 		AttachRequired:       ptr.To(false),
-		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent},
 	}}
 }
 
-// SchedulerCheckedCSIDriver is CSIDriver with Persistent volumes too, and
-// preventPodSchedulingIfMissing: the scheduler's own check (Kubernetes 1.37, KEP-5030) keeps a pod
-// with a PVC-backed volume of driver off a node until its CSINode lists the driver.
+// SchedulerCheckedCSIDriver is CSIDriver with preventPodSchedulingIfMissing: the scheduler's own
+// check (Kubernetes 1.37, KEP-5030) keeps a pod with a PVC-backed volume of driver off a node
+// until its CSINode lists the driver.
 func SchedulerCheckedCSIDriver(driver string) *storagev1.CSIDriver {
 	d := CSIDriver(driver)
-	d.Spec.VolumeLifecycleModes = append(d.Spec.VolumeLifecycleModes, storagev1.VolumeLifecyclePersistent)
 	d.Spec.PreventPodSchedulingIfMissing = ptr.To(true)
 	return d
+}
+
+// PodObjects are what a pod that needs driver and may only run on node is made of: with claim,
+// the static CSI PersistentVolume, its claim (Claim) and the pod (ClaimPod); without, the pod
+// with an inline volume (Pod). Create them in order.
+func PodObjects(namespace, name, node, driver string, claim bool) []client.Object {
+	if !claim {
+		return []client.Object{Pod(namespace, name, node, driver)}
+	}
+	pvc, pv := Claim(namespace, name, driver)
+	return []client.Object{pv, pvc, ClaimPod(namespace, name, node, pvc.Name)}
 }
 
 // Claim is a PersistentVolumeClaim of namespace/name and the static CSI PersistentVolume of driver
@@ -140,19 +158,32 @@ func Pod(namespace, name, node, driver string, tolerations ...corev1.Toleration)
 	}
 }
 
-// MountFailures counts kubelet's log lines of failed mounts of one driver's volumes; give it
-// kubelet's log (hollowkubelet.Options.Log). The hollow kubelet's events never reach the API
-// server, so its log is where a failed mount shows.
+// DriverGone is in kubelet's message for a mount through a driver whose socket is gone: a driver
+// that died while its registrar kept it registered.
+const DriverGone = "connect: no such file or directory"
+
+// reasons are the causes of failed mounts a report names, each by a phrase of kubelet's message.
+var reasons = []string{NotRegistered, fakecsi.NotServing, DriverGone}
+
+// failedMount matches kubelet's log line of a failed mount step: MountDevice, where kubelet first
+// calls the driver for a PVC-backed CSI volume (to ask whether it stages volumes), and SetUp, its
+// publish, the first call for an inline one.
+var failedMount = regexp.MustCompile(`MountVolume\.[A-Za-z]+( initialization)? failed`)
+
+// MountFailures counts kubelet's log lines of failed mounts of CSI volumes; give it kubelet's log
+// (hollowkubelet.Options.Log). The hollow kubelet's events never reach the API server, so its log
+// is where a failed mount shows. Each test node runs one CSI driver, so these are its failures:
+// kubelet's message names the driver only for some causes.
 type MountFailures struct {
-	driver   string
 	mu       sync.Mutex
-	n        int
 	partial  []byte
 	examples []string
+	// causes holds each failure's phrase from reasons, or "other", in order.
+	causes []string
 }
 
-// NewMountFailures counts the failed mounts of driver's volumes.
-func NewMountFailures(driver string) *MountFailures { return &MountFailures{driver: driver} }
+// NewMountFailures counts the failed mounts of CSI volumes.
+func NewMountFailures() *MountFailures { return &MountFailures{} }
 
 // Write implements io.Writer.
 func (f *MountFailures) Write(p []byte) (int, error) {
@@ -166,8 +197,12 @@ func (f *MountFailures) Write(p []byte) (int, error) {
 		}
 		line := string(f.partial[:i])
 		f.partial = f.partial[i+1:]
-		if strings.Contains(line, "MountVolume.SetUp failed") && strings.Contains(line, f.driver) {
-			f.n++
+		if failedMount.MatchString(line) && strings.Contains(line, "kubernetes.io/csi") {
+			cause := "other"
+			if i := slices.IndexFunc(reasons, func(r string) bool { return strings.Contains(line, r) }); i >= 0 {
+				cause = reasons[i]
+			}
+			f.causes = append(f.causes, cause)
 			if len(f.examples) < 3 {
 				f.examples = append(f.examples, line)
 			}
@@ -180,5 +215,19 @@ func (f *MountFailures) Write(p []byte) (int, error) {
 func (f *MountFailures) Count() (int, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.n, append([]string(nil), f.examples...)
+	return len(f.causes), append([]string(nil), f.examples...)
+}
+
+// Causes returns the causes of the failures after the first from, each once, in the order they
+// first failed a mount: NotRegistered, fakecsi.NotServing, DriverGone or "other".
+func (f *MountFailures) Causes(from int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.causes[min(from, len(f.causes)):] {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
