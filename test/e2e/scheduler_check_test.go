@@ -10,6 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gbytes"
+	"github.com/onsi/gomega/gexec"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,8 +40,8 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 	// notReadyFor, the driver's Probe answers not ready, and it refuses volumes, for that long
 	// after its registration; with agent, kubelet registers the Node with the startup taint and the
 	// agent runs with its defaults. It waits until every volume is published and returns the
-	// failed mounts and their causes.
-	run := func(ctx context.Context, node string, claims bool, notReadyFor time.Duration, agent bool) (int, []string) {
+	// failed mounts, their causes, and the agent's session, if any.
+	run := func(ctx context.Context, node string, claims bool, notReadyFor time.Duration, agent bool) (int, []string, *gexec.Session) {
 		GinkgoHelper()
 		const pods = 3
 		deleteNodeAfterSpec(node)
@@ -73,8 +75,9 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 		// up to 5 minutes later; without this line, these pods were still Pending 2 minutes after
 		// the registration.
 		driver.SetMaxVolumes(25)
+		var session *gexec.Session
 		if agent {
-			runBinary("--kubeconfig="+kubeconfig, "--node-name="+node, "--csi-address="+driver.Path(),
+			session = runBinary("--kubeconfig="+kubeconfig, "--node-name="+node, "--csi-address="+driver.Path(),
 				"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 		}
 		time.Sleep(workload.RegistrarDelay)
@@ -84,33 +87,35 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 		Eventually(func() int { return len(driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods),
 			func() string { return "kubelet publishes every pod's volume; the pods: " + podStates(ctx, node) })
 		failed, _ := failures.Count()
-		return failed, failures.Causes(0)
+		return failed, failures.Causes(0), session
 	}
 
 	It("keeps pods with PVC-backed volumes off the node until kubelet registers the driver: no mount fails", func(ctx SpecContext) {
-		failed, causes := run(ctx, "e2e-scheduler-check-pvc", true, 0, false)
+		failed, causes, _ := run(ctx, "e2e-scheduler-check-pvc", true, 0, false)
 		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, PVC-backed volumes: %d failed mounts\n", failed)
 		Expect(failed).To(BeZero(), "failed mounts: %v", causes)
 	})
 
 	It("does not cover CSI inline volumes: their mounts fail until the driver is registered", func(ctx SpecContext) {
-		failed, causes := run(ctx, "e2e-scheduler-check-inline", false, 0, false)
+		failed, causes, _ := run(ctx, "e2e-scheduler-check-inline", false, 0, false)
 		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, inline volumes: %d failed mounts\n", failed)
 		Expect(failed).To(BeNumerically(">", 0))
 		Expect(causes).To(ConsistOf(workload.NotRegistered))
 	})
 
 	It("does not cover a driver whose Probe is not ready after its registration: its mounts fail until it is ready", func(ctx SpecContext) {
-		failed, causes := run(ctx, "e2e-scheduler-check-not-ready", true, 6*time.Second, false)
+		failed, causes, _ := run(ctx, "e2e-scheduler-check-not-ready", true, 6*time.Second, false)
 		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, Probe not ready for 6s after the registration: %d failed mounts\n", failed)
 		Expect(failed).To(BeNumerically(">", 0))
 		Expect(causes).To(ConsistOf(fakecsi.NotServing))
 	})
 
 	It("beside the agent's defaults, lets no mount fail while the driver's Probe is not ready", func(ctx SpecContext) {
-		failed, causes := run(ctx, "e2e-scheduler-check-both", true, 6*time.Second, true)
+		failed, causes, agent := run(ctx, "e2e-scheduler-check-both", true, 6*time.Second, true)
 		GinkgoWriter.Printf("defaults and preventPodSchedulingIfMissing, Probe not ready for 6s after the registration: %d failed mounts\n", failed)
 		Expect(failed).To(BeZero(), "failed mounts: %v", causes)
+		Expect(agent.Err).To(gbytes.Say(`"the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later`),
+			"the agent reports its driver's field")
 	})
 })
 

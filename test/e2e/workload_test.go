@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gbytes"
+	"github.com/onsi/gomega/gexec"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,6 +21,7 @@ import (
 
 // workloadRun is what one node's start did to the pods that need its driver.
 type workloadRun struct {
+	agent     *gexec.Session
 	failed    int
 	examples  []string
 	published []fakecsi.Publish
@@ -40,6 +43,7 @@ func workloadPod(ctx context.Context, node, name string) *corev1.Pod {
 // kubelet logs.
 type workloadNode struct {
 	name     string
+	agent    *gexec.Session
 	kubelet  *hollowkubelet.Kubelet
 	driver   *fakecsi.Driver
 	failures *workload.MountFailures
@@ -62,9 +66,9 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, readiness)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
-	runBinary(append([]string{"--kubeconfig=" + kubeconfig, "--node-name=" + node, "--csi-address=" + driver.Path(),
+	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, "--node-name=" + node, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, agentArgs...)...)
-	return &workloadNode{name: node, kubelet: kubelet, driver: driver, failures: failures}
+	return &workloadNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
 }
 
 // runWorkload starts a node with three pods that need its driver (startWorkloadNode), registers
@@ -85,7 +89,7 @@ func runWorkload(ctx context.Context, node string, agentArgs ...string) workload
 	register(kubelet, driver)
 	Eventually(func() int { return len(driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods),
 		"kubelet publishes every pod's volume")
-	run := workloadRun{published: driver.Published()}
+	run := workloadRun{agent: n.agent, published: driver.Published()}
 	run.failed, run.examples = failures.Count()
 	Eventually(taintGone).Should(Receive(&run.taintGone))
 	return run
@@ -106,6 +110,8 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		GinkgoWriter.Printf("defaults: %d failed mounts, %d volumes published, the first %s after the taint went\n",
 			run.failed, len(run.published), run.published[0].At.Sub(run.taintGone))
 		Expect(run.failed).To(BeZero(), "failed mounts: %v", run.examples)
+		Expect(run.agent.Err).To(gbytes.Say(`"the driver's CSIDriver does not set preventPodSchedulingIfMissing \(or there is none\)`),
+			"the agent reports that its driver's CSIDriver leaves the scheduler's check off")
 		for _, p := range run.published {
 			Expect(p.At).To(BeTemporally(">", run.taintGone), "volume %s published before the taint went", p.VolumeID)
 		}
