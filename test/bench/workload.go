@@ -60,7 +60,8 @@ const (
 	// it with kubelet workload.RegistrarDelay later.
 	slowRegistrar fault = iota
 	// notReadyAfterRegistration: as slowRegistrar, but the driver's Probe answers not ready, and
-	// the driver refuses volumes (fakecsi.NotServing), until notReadyFor after the registration.
+	// the driver refuses volumes (fakecsi.NotServing), for workload.NotReadyAfterRegistration
+	// after the registration.
 	notReadyAfterRegistration
 	// diesLater: the node starts as with slowRegistrar; once every pod has its volume, the driver
 	// stops for outage while its registrar keeps it registered, as when a driver container
@@ -68,9 +69,8 @@ const (
 	diesLater
 )
 
-// The faults' timings, and continuous mode's threshold.
+// The later death's timings, and continuous mode's threshold.
 const (
-	notReadyFor  = 6 * time.Second
 	outage       = 15 * time.Second
 	arrivalGap   = 5 * time.Second
 	retaintAfter = 2 * time.Second
@@ -383,7 +383,7 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workload
 		return err
 	}
 	if c.fault == notReadyAfterRegistration {
-		time.Sleep(notReadyFor)
+		time.Sleep(workload.NotReadyAfterRegistration)
 		n.driver.SetReadiness(fakecsi.Ready)
 	}
 	if err := waitPublished(ctx, e, n, podsPerNode); err != nil || c.fault != diesLater {
@@ -611,7 +611,8 @@ var faultReports = []struct {
 		"registers it with kubelet %s later, as a slow node-driver-registrar does.", workload.RegistrarDelay)},
 	{notReadyAfterRegistration, "The driver's Probe not ready after its registration", "created", fmt.Sprintf("The registrar "+
 		"registers the driver %s after it starts, but the driver answers its Probe not ready, and refuses to publish volumes, "+
-		"until %s later, as a driver still initializing (reaching its cloud's API, loading a module) does.", workload.RegistrarDelay, notReadyFor)},
+		"until %s later, as a driver still initializing (reaching its cloud's API, loading a module) does.",
+		workload.RegistrarDelay, workload.NotReadyAfterRegistration)},
 	{diesLater, "The driver dies later", "driver died", fmt.Sprintf("The node starts as above; once every pod has its volume, "+
 		"the driver stops for %s while its registrar keeps it registered with kubelet, as when the driver's container crashes, "+
 		"and %d new pods arrive, one every %s from its death. Times run from its death, to the new pods' volumes.",

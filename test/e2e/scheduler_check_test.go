@@ -104,15 +104,17 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 	})
 
 	It("does not cover a driver whose Probe is not ready after its registration: its mounts fail until it is ready", func(ctx SpecContext) {
-		failed, causes, _ := run(ctx, "e2e-scheduler-check-not-ready", true, 6*time.Second, false)
-		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, Probe not ready for 6s after the registration: %d failed mounts\n", failed)
+		failed, causes, _ := run(ctx, "e2e-scheduler-check-not-ready", true, workload.NotReadyAfterRegistration, false)
+		GinkgoWriter.Printf("no startup taint, preventPodSchedulingIfMissing, Probe not ready for %s after the registration: %d failed mounts\n",
+			workload.NotReadyAfterRegistration, failed)
 		Expect(failed).To(BeNumerically(">", 0))
 		Expect(causes).To(ConsistOf(fakecsi.NotServing))
 	})
 
 	It("beside the agent's defaults, lets no mount fail while the driver's Probe is not ready", func(ctx SpecContext) {
-		failed, causes, agent := run(ctx, "e2e-scheduler-check-both", true, 6*time.Second, true)
-		GinkgoWriter.Printf("defaults and preventPodSchedulingIfMissing, Probe not ready for 6s after the registration: %d failed mounts\n", failed)
+		failed, causes, agent := run(ctx, "e2e-scheduler-check-both", true, workload.NotReadyAfterRegistration, true)
+		GinkgoWriter.Printf("defaults and preventPodSchedulingIfMissing, Probe not ready for %s after the registration: %d failed mounts\n",
+			workload.NotReadyAfterRegistration, failed)
 		Expect(failed).To(BeZero(), "failed mounts: %v", causes)
 		Expect(agent.Err).To(gbytes.Say(`"the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later`),
 			"the agent reports its driver's field")

@@ -36,6 +36,11 @@ const NotRegistered = "not found in the list of registered CSI drivers"
 // when the driver first answers reaches kubelet before the driver does.
 const RegistrarDelay = 4 * time.Second
 
+// NotReadyAfterRegistration is how long a driver that registers before it is ready (still
+// reaching its cloud's API, or loading a module) answers its Probe not ready, and refuses
+// volumes, after its registration, in the tests and the benchmark.
+const NotReadyAfterRegistration = 6 * time.Second
+
 // ControlPlane is kube-scheduler and kube-controller-manager running against an API server.
 type ControlPlane struct {
 	cmds []*exec.Cmd
