@@ -18,7 +18,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -40,16 +39,7 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest (make envtest, or set KUBEBUILDER_ASSETS): %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := expectations.StartEnvtest(t)
 	agent, err := gexec.Build("github.com/startup-taint-remover/startup-taint-remover/cmd")
 	if err != nil {
 		t.Fatal(err)

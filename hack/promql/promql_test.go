@@ -2,7 +2,6 @@ package promql
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -20,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -40,21 +38,12 @@ type query struct{ where, expr string }
 // dashboardQueries are the dashboard's panel queries.
 func dashboardQueries(t *testing.T) []query {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repo, "config/grafana/dashboard.json"))
+	panels, err := expectations.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatal(err)
-	}
 	var out []query
-	for _, p := range d.Panels {
+	for _, p := range panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
@@ -137,16 +126,7 @@ func TestEveryQueryParsesAndNamesOnlyMetricsTheAgentExports(t *testing.T) {
 // registered without the taint. It returns every sample name of their /metrics.
 func scrapeAgents(t *testing.T) map[string]bool {
 	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest (make envtest, or set KUBEBUILDER_ASSETS): %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := expectations.StartEnvtest(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {

@@ -3,7 +3,6 @@
 package docs
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"sigs.k8s.io/yaml"
 )
 
@@ -175,27 +175,18 @@ func TestTheRunbookAnswersEveryAlert(t *testing.T) {
 }
 
 func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repo, "config/grafana/dashboard.json"))
+	panels, err := expectations.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatal(err)
 	}
 	page, err := os.ReadFile(filepath.Join(repo, "docs/observability.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Panels) == 0 {
+	if len(panels) == 0 {
 		t.Fatal("the dashboard has no panel")
 	}
-	for _, p := range d.Panels {
+	for _, p := range panels {
 		i := strings.Index(string(page), "\n### "+p.Title+"\n")
 		if i < 0 {
 			t.Errorf("docs/observability.md describes no panel %q", p.Title)

@@ -5,12 +5,14 @@ package expectations
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -19,6 +21,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -177,4 +180,41 @@ func WriteKubeconfig(env *envtest.Environment, user envtest.User, path string) e
 		return fmt.Errorf("the kubeconfig of user %s: %w", user.Name, err)
 	}
 	return os.WriteFile(path, data, 0o600)
+}
+
+// StartEnvtest starts an envtest API server and etcd for a plain Go test, stops them when it
+// ends, and returns them with a client of the admin. Its failure says how to get the binaries.
+func StartEnvtest(t testing.TB) (*envtest.Environment, client.Client) {
+	t.Helper()
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest (make envtest, or set KUBEBUILDER_ASSETS): %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c
+}
+
+// DashboardPanel is one panel of the Grafana dashboard, config/grafana/dashboard.json: its title
+// and its PromQL queries, as Grafana holds them.
+type DashboardPanel struct {
+	Title   string
+	Targets []struct{ Expr string }
+}
+
+// DashboardPanels reads the panels of the Grafana dashboard at path.
+func DashboardPanels(path string) ([]DashboardPanel, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d struct{ Panels []DashboardPanel }
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return d.Panels, nil
 }
