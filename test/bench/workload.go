@@ -420,7 +420,7 @@ func waitPublished(ctx context.Context, e *env, n *workloadNode, want int) error
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: kubelet published %d of %d volumes in %s (%s)", n.name, len(n.driver.Published()), want,
-				nodeTimeout, podStates(ctx, e, n.name))
+				nodeTimeout, workload.PodStates(ctx, e.c, metav1.NamespaceDefault, n.name))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -448,28 +448,6 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
-}
-
-// podStates says where each of a node's pods is, for an error.
-func podStates(ctx context.Context, e *env, node string) string {
-	pods := &corev1.PodList{}
-	if err := e.c.List(ctx, pods, client.InNamespace(metav1.NamespaceDefault)); err != nil {
-		return err.Error()
-	}
-	var states []string
-	for _, pod := range pods.Items {
-		if !strings.HasPrefix(pod.Name, node+"-") {
-			continue
-		}
-		state := fmt.Sprintf("%s on %q, %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase)
-		for _, c := range pod.Status.Conditions {
-			if c.Status != corev1.ConditionTrue {
-				state += fmt.Sprintf(", %s: %s", c.Type, c.Message)
-			}
-		}
-		states = append(states, state)
-	}
-	return strings.Join(states, "; ")
 }
 
 // stopAgents stops every agent, so the audit log holds all of their requests.

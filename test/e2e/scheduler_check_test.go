@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -85,7 +84,9 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 		time.Sleep(notReadyFor)
 		driver.SetReadiness(fakecsi.Ready)
 		Eventually(func() int { return len(driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods),
-			func() string { return "kubelet publishes every pod's volume; the pods: " + podStates(ctx, node) })
+			func() string {
+				return "kubelet publishes every pod's volume; the pods: " + workload.PodStates(ctx, k8sClient, "default", node)
+			})
 		failed, _ := failures.Count()
 		return failed, failures.Causes(0), session
 	}
@@ -120,25 +121,3 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 			"the agent reports its driver's field")
 	})
 })
-
-// podStates says, for each pod that may only run on node, whether and why it is not scheduled.
-func podStates(ctx context.Context, node string) string {
-	list := &corev1.PodList{}
-	if err := k8sClient.List(ctx, list, client.InNamespace("default")); err != nil {
-		return err.Error()
-	}
-	var out []string
-	for _, p := range list.Items {
-		if p.Spec.NodeSelector[corev1.LabelHostname] != node {
-			continue
-		}
-		state := p.Name + ": " + string(p.Status.Phase) + " on " + p.Spec.NodeName
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
-				state += " (" + c.Message + ")"
-			}
-		}
-		out = append(out, state)
-	}
-	return strings.Join(out, "; ")
-}

@@ -6,6 +6,7 @@ package workload
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os/exec"
@@ -161,6 +162,29 @@ func Pod(namespace, name, node, driver string, tolerations ...corev1.Toleration)
 				CSI: &corev1.CSIVolumeSource{Driver: driver}}}},
 		},
 	}
+}
+
+// PodStates says, for each pod of namespace that may only run on node (Pod), where it is and, if
+// it is not scheduled, why: for a failure's message.
+func PodStates(ctx context.Context, c client.Reader, namespace, node string) string {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+		return err.Error()
+	}
+	var states []string
+	for _, pod := range pods.Items {
+		if pod.Spec.NodeSelector[corev1.LabelHostname] != node {
+			continue
+		}
+		state := fmt.Sprintf("%s on %q, %s", pod.Name, pod.Spec.NodeName, pod.Status.Phase)
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status != corev1.ConditionTrue {
+				state += ": " + cond.Message
+			}
+		}
+		states = append(states, state)
+	}
+	return strings.Join(states, "; ")
 }
 
 // DriverGone is in kubelet's message for a mount through a driver whose socket is gone: a driver
