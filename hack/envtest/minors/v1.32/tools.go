@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the commands this minor's tests run; it is never compiled into the project.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubemark"
+)
