@@ -70,9 +70,9 @@ func (c *connectivity) awaitRecovery(ctx context.Context) {
 	c.log.Info("the API server answers again")
 }
 
-// versionPing asks the API server for /version, as a discovery client's ServerVersion does, with
-// a plain REST client: a discovery client links the OpenAPI models, which cost every node memory.
-func versionPing(cfg *rest.Config) (func(context.Context) error, error) {
+// versionClient is a plain REST client for /version, as a discovery client's ServerVersion uses:
+// a discovery client links the OpenAPI models, which cost every node memory.
+func versionClient(cfg *rest.Config) (rest.Interface, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion, c.APIPath = &schema.GroupVersion{}, "/"
 	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
@@ -80,5 +80,10 @@ func versionPing(cfg *rest.Config) (func(context.Context) error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the REST client: %w", err)
 	}
-	return func(ctx context.Context) error { return rc.Get().AbsPath("/version").Do(ctx).Error() }, nil
+	return rc, nil
+}
+
+// versionPing asks the API server for /version through rc.
+func versionPing(rc rest.Interface) func(context.Context) error {
+	return func(ctx context.Context) error { return rc.Get().AbsPath("/version").Do(ctx).Error() }
 }

@@ -58,6 +58,10 @@ func run(args []string) int {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	logger := ctrl.Log.WithName("setup").WithValues("node", opts.nodeName)
 	if err := runManager(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+		if errors.Is(err, errServerTooOld) {
+			fmt.Fprintf(os.Stderr, "startup-taint-remover: %v\n", err)
+			return exitBadInput
+		}
 		logger.Error(err, "stopped")
 		return exitFailure
 	}
@@ -124,11 +128,21 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 
-	ping, err := versionPing(cfg)
+	rc, err := versionClient(cfg)
 	if err != nil {
 		return err
 	}
-	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: ping}
+	conn := &connectivity{log: ctrl.Log.WithName("apiserver").WithValues("node", opts.nodeName), ping: versionPing(rc)}
+	server := &serverCheck{opts: opts, rc: rc, log: conn.log}
+	info, err := server.atStart(ctx, serverWaitAtStart)
+	if err != nil {
+		return err
+	}
+	if info != nil {
+		if why, below := belowMinimum(info); below {
+			conn.log.Info(why)
+		}
+	}
 	shutdown := 2 * time.Second
 	r, _ := opts.newReconciler()
 	defer closeGates(r)
@@ -149,6 +163,15 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.
 		r.Confinement = controllers.NewConfinementCheck(opts.requireConfinement)
+		if info != nil {
+			r.Confinement.ServerVersion = describeServer(info)
+		}
+	}
+	if info == nil {
+		// The API server did not answer in time: its version is read once it does.
+		if err := mgr.Add(server); err != nil {
+			return fmt.Errorf("adding the API server's version check: %w", err)
+		}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

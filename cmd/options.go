@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -281,10 +282,13 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	bindServingFlags(fs, o)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; without it, KUBECONFIG, then the pod's in-cluster config, is used.")
-	fs.BoolVar(&o.requireConfinement, "require-confinement", false,
-		"Stop with an error when no admission policy confines this agent to its own Node "+
-			"(a dry-run change of its Node's labels is admitted), instead of warning and running.")
+	fs.BoolVar(&o.requireConfinement, "require-confinement", true,
+		"Write nothing (no taint removed, no condition written) until an admission policy is seen to confine this agent to its "+
+			"own Node: a dry-run change of its Node's labels must be refused. Until then the agent is not ready and says why. "+
+			"false runs it unjudged, for an install that leaves the policy out on purpose.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	// One line per error: a stack trace of the logging call tells an operator nothing.
+	o.zap.StacktraceLevel = zapcore.PanicLevel
 	o.zap.BindFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
@@ -338,7 +342,7 @@ func (o *options) validate(explicit map[string]bool) error {
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
 	}
-	if err := o.validateModes(); err != nil {
+	if err := o.validateModes(explicit); err != nil {
 		return err
 	}
 	if o.configFile == "" {
@@ -402,13 +406,13 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 }
 
 // validateModes checks the settings that change what the agent does with the gates' verdict.
-func (o *options) validateModes() error {
+func (o *options) validateModes(explicit map[string]bool) error {
 	switch {
 	case o.maxWait < 0:
 		return fmt.Errorf("--max-wait: %s is negative", o.maxWait)
 	case o.retaintAfter < 0:
 		return fmt.Errorf("--retaint-after: %s is negative", o.retaintAfter)
-	case o.dryRun && o.requireConfinement:
+	case o.dryRun && o.requireConfinement && explicit["require-confinement"]:
 		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
 	}
 	return nil

@@ -26,7 +26,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 	}
 	if o.nodeName != "node-a" || o.csiAddress != "/csi/csi.sock" || !o.requireCSINode || o.requireAllocatable ||
 		o.probeInterval != time.Second || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || len(o.taints) != 0 ||
-		o.requireConfinement || o.maxWait != 0 || o.retaintAfter != 0 || o.conditionType != "" {
+		!o.requireConfinement || o.maxWait != 0 || o.retaintAfter != 0 || o.conditionType != "" {
 		t.Fatalf("unexpected defaults: %+v", o)
 	}
 }
@@ -34,7 +34,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 func TestParseOptionsValues(t *testing.T) {
 	o, err := parseOptions([]string{
 		"--node-name=node-b", "--taint=a.example.com/x", "--taint=b.example.com/y:NoExecute, c.example.com/z",
-		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement", "--max-wait=10m",
+		"--ready-url=http://127.0.0.1:9808/healthz", "--probe-interval=250ms", "--require-confinement=false", "--max-wait=10m",
 		"--retaint-after=30s", "--condition-type=example.com/AgentReady", "--require-resource=nvidia.com/gpu", "--require-resource=hugepages-2Mi=1Gi",
 		"--ready-file=/etc/cni/net.d/*.conflist", "--require-resourceslice=gpu.example.com",
 		"--require-condition=NetworkUnavailable=False", "--require-condition=example.com/GPUHealthy",
@@ -45,7 +45,7 @@ func TestParseOptionsValues(t *testing.T) {
 	}
 	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
-		o.requireCSINode || o.probeInterval != 250*time.Millisecond || !o.requireConfinement || o.maxWait != 10*time.Minute ||
+		o.requireCSINode || o.probeInterval != 250*time.Millisecond || o.requireConfinement || o.maxWait != 10*time.Minute ||
 		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
 		len(o.requireResources) != 2 || o.requireResources[0].String() != "nvidia.com/gpu=1" || o.requireResources[1].String() != "hugepages-2Mi=1Gi" ||
 		len(o.readyFiles) != 1 || o.readyFiles[0] != "/etc/cni/net.d/*.conflist" ||
@@ -292,5 +292,13 @@ func TestParseOptionsRejectsBadConfig(t *testing.T) {
 	if _, err := parseOptions([]string{"--config=/does/not/exist"}, env(map[string]string{"NODE_NAME": "n"}), io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "--config: open /does/not/exist") {
 		t.Fatalf("a missing file: %v", err)
+	}
+}
+
+// TestDryRunNeedsNoConfinementFlag checks that --dry-run alone runs: confinement is required by
+// default, and a dry run, which writes nothing, has nothing to hold.
+func TestDryRunNeedsNoConfinementFlag(t *testing.T) {
+	if _, err := parseOptions([]string{"--csi-address=/csi.sock", "--dry-run"}, env(map[string]string{"NODE_NAME": "n"}), io.Discard); err != nil {
+		t.Fatalf("--dry-run alone: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
@@ -32,7 +33,8 @@ const FieldManager = "startup-taint-remover"
 const PolicyMessagePrefix = "the startup-taint-remover "
 
 // ConfinementProbeLabel is the label the confinement check asks, in a dry run, to set on its own
-// Node: a change the admission policy must refuse.
+// Node, and in conditions-only mode the condition type it asks to write: a change the admission
+// policy must refuse.
 const ConfinementProbeLabel = "startup-taint-remover.github.io/confinement-check"
 
 // ReasonNotConfined is the event reason when no admission policy judges the agent.
@@ -90,41 +92,75 @@ type ConfinementCheck struct {
 	// Recorder records the NotConfined and RemovalRefused events. Set by
 	// NodeReconciler.SetupWithManager when nil.
 	Recorder events.EventRecorder
-	// Require stops the check, and with it the manager, with an error when the agent is not
-	// confined, so an agent that would hold more power than intended refuses to run.
+	// Require holds every write of the agent until the admission policy is seen to confine it:
+	// an agent that nothing judges removes nothing, is not ready, and says why, and goes on
+	// checking, so it starts working once a policy judges it.
 	Require bool
+	// ServerVersion, when set, is the API server's version (as /version tells it), quoted when
+	// the agent is not confined on a server older than MinKubernetesMinor.
+	ServerVersion string
 	// Clock times the retries; the real clock when nil.
 	Clock clock.Clock
 
+	init    sync.Once
 	recheck chan struct{}
-	last    string
+	// confined tells the reconciler, once, that the agent was first found confined: the writes
+	// it held can go now.
+	confined chan event.GenericEvent
+	last     string
 
 	mu sync.Mutex
 	// answered is set once the API server has answered the dry-run removal; refusal is its
 	// refusal, nil when it admitted it.
 	answered bool
 	refusal  error
+	// verdict is the last outcome of Check: Confined, NotConfined, CannotWrite, or "" before one.
+	verdict string
 }
 
-// NewConfinementCheck returns a check; Require makes an unconfined agent stop.
+// NewConfinementCheck returns a check; with require, the agent writes nothing until it is
+// confined.
 func NewConfinementCheck(require bool) *ConfinementCheck {
-	return &ConfinementCheck{Require: require, recheck: make(chan struct{}, 1)}
+	return &ConfinementCheck{Require: require}
+}
+
+// channels makes the check's channels, so a literal ConfinementCheck works as one from
+// NewConfinementCheck does.
+func (c *ConfinementCheck) channels() {
+	c.init.Do(func() {
+		c.recheck = make(chan struct{}, 1)
+		c.confined = make(chan event.GenericEvent, 1)
+	})
 }
 
 // Recheck asks for another check soon; it never blocks.
 func (c *ConfinementCheck) Recheck() {
+	c.channels()
 	select {
 	case c.recheck <- struct{}{}:
 	default:
 	}
 }
 
+// Permits reports whether the agent may write to its Node: always when confinement is not
+// required, and otherwise only while the admission policy is seen to confine it.
+func (c *ConfinementCheck) Permits() bool {
+	if c == nil || !c.Require {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.verdict == Confined
+}
+
 // NeedLeaderElection is false: every agent checks itself.
 func (c *ConfinementCheck) NeedLeaderElection() bool { return false }
 
-// Start checks, reports, and checks again when asked, until ctx ends. It returns an error only
-// when Require is set and the agent is not confined.
+// Start checks, reports, and checks again when asked, until ctx ends. While no verdict is
+// reached, the removal is refused, or a required confinement is missing, it checks again on a
+// backoff.
 func (c *ConfinementCheck) Start(ctx context.Context) error {
+	c.channels()
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -144,12 +180,9 @@ func (c *ConfinementCheck) Start(ctx context.Context) error {
 			logger.V(4).Info("confinement check reached no verdict; retrying", "error", err.Error())
 		} else {
 			c.report(ctx, outcome, node)
-			if outcome == NotConfined && c.Require {
-				return errors.New("no admission policy confines this agent to its own Node, and confinement is required: " +
-					"install the policy (config/policy) and bind the agent's ClusterRole to the pod's service account")
-			}
 		}
-		if settled && err == nil && outcome != CannotWrite {
+		// Settled: the removal admitted, and a verdict to keep until asked again.
+		if settled && err == nil && (outcome == Confined || outcome == NotConfined && !c.Require) {
 			retry = 0
 			select {
 			case <-ctx.Done():
@@ -182,6 +215,8 @@ func (c *ConfinementCheck) Ready(*http.Request) error {
 		return errors.New("the API server has not answered the dry-run removal of the startup taints yet")
 	case c.refusal != nil:
 		return fmt.Errorf("the API server refuses the removal of the startup taints: %w", c.refusal)
+	case c.Require && c.verdict != Confined:
+		return errors.New("confinement is required, and no admission policy is seen to judge this agent yet: it writes nothing")
 	}
 	return nil
 }
@@ -239,13 +274,22 @@ func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node
 	return nil, nil, fmt.Errorf("dry-run write of condition %s of node %s: %w", want.Type, c.NodeName, err)
 }
 
-// Check sends the dry-run request and classifies the answer. An error means no verdict (the Node
+// Check sends the dry-run request and classifies the answer: a label on its Node, or in
+// conditions-only mode a condition that is not its own. An error means no verdict (the Node
 // does not exist yet, or the API server did not answer); node is the Node when it was admitted.
 func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *corev1.Node, err error) {
 	node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"dry-run"}}}`, ConfinementProbeLabel)
-	err = c.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)),
-		client.DryRunAll, client.FieldOwner(FieldManager))
+	if len(c.Conditions) > 0 {
+		// In conditions-only mode the agent may write only its Node's status: a condition that
+		// is not its own is the change the policy must refuse there.
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"Unknown"}]}}`, ConfinementProbeLabel)
+		err = c.Client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, []byte(patch)),
+			client.DryRunAll, client.FieldOwner(FieldManager))
+	} else {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"dry-run"}}}`, ConfinementProbeLabel)
+		err = c.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)),
+			client.DryRunAll, client.FieldOwner(FieldManager))
+	}
 	switch {
 	case err == nil:
 		return NotConfined, node, nil
@@ -266,6 +310,9 @@ func refusedByPolicy(err error) bool {
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
 	metrics.Confined.Set(boolToFloat(outcome == Confined))
+	c.mu.Lock()
+	c.verdict = outcome
+	c.mu.Unlock()
 	if outcome == c.last {
 		return
 	}
@@ -274,17 +321,38 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 	switch outcome {
 	case Confined:
 		logger.Info("the admission policy confines this agent to its own Node and startup taints")
+		// Wakes the reconciler, whose writes waited for this verdict; it never blocks.
+		select {
+		case c.confined <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}}}:
+		default:
+		}
 	case CannotWrite:
 		logger.Info("this agent may not write its Node at all, so whether the admission policy confines it is unknown; checking again later")
 	case NotConfined:
-		if !c.Require { // with Require, Start returns the error instead
-			logger.Error(nil, "no admission policy judges this agent: it could change any Node it may patch, "+
-				"not only remove its own startup taints")
+		why := c.notConfinedWhy()
+		if c.Require {
+			logger.Error(nil, "no admission policy judges this agent, and confinement is required: it removes nothing and writes nothing "+
+				"until one does. "+why)
+			c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNotConfined, "CheckConfinement",
+				"No admission policy judges this agent (a dry-run change it must never make was admitted), and confinement is "+
+					"required: it removes no startup taint and writes nothing until one does. %s", why)
+			return
 		}
+		logger.Info("confinement is not required (--require-confinement=false): this agent runs with no admission policy judging it")
 		c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNotConfined, "CheckConfinement",
-			"No admission policy judges this agent (a dry-run change of this Node's labels was admitted): "+
-				"it could change any Node its RBAC allows. Install the own-node policy and bind the agent's ClusterRole to its service account.")
+			"No admission policy judges this agent (a dry-run change it must never make was admitted), and it runs anyway "+
+				"(--require-confinement=false): it could change any Node its RBAC allows.")
 	}
+}
+
+// notConfinedWhy says what to do about a missing confinement: on an API server older than the
+// shipped policy needs, upgrade; otherwise install the policy.
+func (c *ConfinementCheck) notConfinedWhy() string {
+	if minor, ok := ServerMinor(c.ServerVersion); ok && minor < MinKubernetesMinor {
+		return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
+			"which compiles it: upgrade the control plane.", c.ServerVersion, MinKubernetesMinor)
+	}
+	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole to its service account."
 }
 
 // ReasonRemovalRefused is the event reason when the API server refuses the agent's dry-run

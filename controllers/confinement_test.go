@@ -195,16 +195,63 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	eventually(t, "the gauge to turn 1", func() bool { return testutil.ToFloat64(metrics.Confined) == 1 })
 }
 
-func TestConfinementCheckStopsWhenRequiredAndNotConfined(t *testing.T) {
+func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	api := &apiAnswers{} // admitted: nothing judges the agent
+	recorder := events.NewFakeRecorder(10)
 	check := NewConfinementCheck(true)
-	check.Client, check.NodeName, check.Recorder = patchAnswering(nil, nil), "n1", events.NewFakeRecorder(10)
+	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
+	check.ServerVersion = "v1.32.13"
+	if check.Permits() {
+		t.Fatal("Permits() before any verdict; a required confinement must be seen first")
+	}
+	done := startRunnable(t, check.Start)
+
+	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
+	ev := <-recorder.Events
+	for _, want := range []string{"Warning " + ReasonNotConfined, "confinement is required: it removes no startup taint",
+		"The API server runs v1.32.13, and the shipped admission policy needs Kubernetes 1.33 or later"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("event %q lacks %q", ev, want)
+		}
+	}
+	if check.Permits() {
+		t.Error("Permits() = true while nothing judges the agent")
+	}
+	if err := check.Ready(nil); err == nil || !strings.Contains(err.Error(), "confinement is required") {
+		t.Errorf("Ready() = %v, want the missing confinement", err)
+	}
 	select {
-	case err := <-startRunnable(t, check.Start):
-		if err == nil || !strings.Contains(err.Error(), "no admission policy confines this agent") {
-			t.Fatalf("Start() = %v, want the not-confined error", err)
+	case err := <-done:
+		t.Fatalf("Start() returned %v; it must keep checking", err)
+	default:
+	}
+
+	// The policy is installed: the check finds it on its backoff, permits writes and wakes the
+	// reconciler, without a restart and without a second warning.
+	api.set(policyDenial)
+	eventually(t, "the backoff", clock.HasWaiters)
+	clock.Step(time.Second)
+	select {
+	case ev := <-check.confined:
+		if ev.Object.GetName() != "n1" {
+			t.Errorf("woke the reconciler for %q, want n1", ev.Object.GetName())
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Start did not stop")
+		t.Fatal("the reconciler was not woken once confined")
+	}
+	if !check.Permits() || check.Ready(nil) != nil {
+		t.Errorf("Permits() = %v, Ready() = %v once confined", check.Permits(), check.Ready(nil))
+	}
+	if len(recorder.Events) != 0 {
+		t.Errorf("unexpected event: %v", <-recorder.Events)
+	}
+}
+
+func TestAConfinementCheckThatIsNotRequiredPermitsEveryWrite(t *testing.T) {
+	var none *ConfinementCheck
+	if !none.Permits() || !NewConfinementCheck(false).Permits() {
+		t.Error("no check, or one that does not require confinement, must permit writes")
 	}
 }
 
@@ -417,5 +464,62 @@ func TestElideKeepsTheStartAndTheEnd(t *testing.T) {
 	}
 	if got := elide("short", maxNote); got != "short" {
 		t.Errorf("elide(short) = %q", got)
+	}
+}
+
+func TestTheReconcilerWritesNothingUntilARequiredConfinementIsSeen(t *testing.T) {
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, o ...client.PatchOption) error {
+			patches++
+			return cl.Patch(ctx, obj, patch, o...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, o ...client.SubResourcePatchOption) error {
+			patches++
+			return cl.SubResource(sub).Patch(ctx, obj, patch, o...)
+		},
+	}).Build()
+	r := newTestReconciler(t, c)
+	r.groups[0].ConditionType = "example.com/AgentReady"
+	r.Confinement = NewConfinementCheck(true)
+	r.Confinement.channels()
+	for _, verdict := range []string{"", NotConfined, CannotWrite} {
+		r.Confinement.verdict = verdict
+		if err := reconcileNode(t, r); err != nil || patches != 0 {
+			t.Fatalf("verdict %q: Reconcile() = %v after %d writes; want none", verdict, err, patches)
+		}
+	}
+	r.Confinement.verdict = Confined
+	if err := reconcileNode(t, r); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if len(MatchingTaints(node.Spec.Taints, []TaintSpec{{Key: startup.Key}})) != 0 || findCondition(node.Status.Conditions, "example.com/AgentReady") == nil {
+		t.Errorf("once confined, the taint must go and the condition be written: %+v", node)
+	}
+}
+
+func TestInConditionsOnlyModeTheCheckAsksForAConditionNotItsOwn(t *testing.T) {
+	var sent []byte
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			t.Error("the check labels the Node; a conditions-only agent may write only its status")
+			return nil
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, o ...client.SubResourcePatchOption) error {
+			sent, _ = patch.Data(obj)
+			return policyDenial
+		},
+	}).Build()
+	check := &ConfinementCheck{Client: c, NodeName: "n1", Conditions: []string{"example.com/AgentReady"}}
+	outcome, _, err := check.Check(context.Background())
+	if err != nil || outcome != Confined {
+		t.Fatalf("Check() = %q, %v; want %q", outcome, err, Confined)
+	}
+	if !strings.Contains(string(sent), `"type":"`+ConfinementProbeLabel+`"`) {
+		t.Errorf("sent %s, want a condition of type %s", sent, ConfinementProbeLabel)
 	}
 }

@@ -117,7 +117,8 @@ type NodeReconciler struct {
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
 	// and allowed, that the API server admits the removal of this agent's startup taints and that
-	// the admission policy confines it. SetupWithManager adds it to the manager, and its Ready to
+	// the admission policy confines it; when it requires confinement, the reconciler writes
+	// nothing until then. SetupWithManager adds it to the manager, and its Ready to
 	// the manager's readiness checks, and fills in its empty fields from the reconciler's.
 	Confinement *ConfinementCheck
 
@@ -205,6 +206,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, g := range r.groups {
 		b = b.WatchesRawSource(source.Channel(g.prober.events, &handler.EnqueueRequestForObject{}))
 	}
+	if r.Confinement != nil {
+		b = b.WatchesRawSource(source.Channel(r.Confinement.confined, &handler.EnqueueRequestForObject{}))
+	}
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
@@ -223,6 +227,7 @@ func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 	if c == nil {
 		return nil
 	}
+	c.channels()
 	if c.Client == nil {
 		c.Client = r.Client
 	}
@@ -325,11 +330,17 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	now := r.Clock.Now()
 	plans := make([]*plan, 0, len(r.groups))
 	var errs []error
+	permitted := r.Confinement.Permits()
 	for _, g := range r.groups {
-		if p := r.decide(g.logContext(ctx), g, node, now); p != nil {
+		if p := r.decide(g.logContext(ctx), g, node, now); p != nil && permitted {
 			plans = append(plans, p)
 			errs = append(errs, r.publishCondition(g.logContext(ctx), node, p))
 		}
+	}
+	if !permitted {
+		// The confinement check's verdict, once it permits writes, reconciles again.
+		log.FromContext(ctx).V(4).Info("writing nothing until an admission policy is seen to confine this agent")
+		return ctrl.Result{}, nil
 	}
 	r.write(ctx, node, slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() }))
 	var res ctrl.Result

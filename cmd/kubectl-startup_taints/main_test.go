@@ -93,7 +93,7 @@ func (cl *cluster) node(ctx context.Context, name string, labels map[string]stri
 		cl.t.Fatal(err)
 	}
 	cl.t.Cleanup(driver.Stop)
-	args := append([]string{"--kubeconfig=" + cl.kubeconfig, "--node-name=" + name, "--csi-address=" + driver.Path(),
+	args := append([]string{"--kubeconfig=" + cl.kubeconfig, expectations.Unconfined, "--node-name=" + name, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=100ms"}, flags...)
 	logs, err := os.Create(filepath.Join(cl.t.TempDir(), name+".log"))
 	if err != nil {

@@ -161,7 +161,7 @@ func scrapeAgents(t *testing.T) map[string]bool {
 		}
 		addr := l.Addr().String()
 		_ = l.Close()
-		cmd := exec.Command(binary, append([]string{"--kubeconfig=" + kubeconfig, "--node-name=" + node, "--csi-address=" + driver.Path(),
+		cmd := exec.Command(binary, append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
 			"--taint=" + taint.Key, "--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0",
 			"--probe-interval=100ms"}, flags...)...)
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard

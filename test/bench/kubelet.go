@@ -72,7 +72,7 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 		return nil, err
 	}
 	socket := filepath.Join(e.work, "kubelet-driver.sock")
-	agent := exec.CommandContext(ctx, binary, "--kubeconfig="+agentKubeconfig, "--node-name="+name, "--csi-address="+socket,
+	agent := exec.CommandContext(ctx, binary, "--kubeconfig="+agentKubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+socket,
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
 	agent.Stderr = log
 	if err := agent.Start(); err != nil {

@@ -159,7 +159,7 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
+	args := []string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
 	token := ""
 	switch design {
 	case designOurs:

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
@@ -369,7 +370,7 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workload
 	n.driver.SetMaxVolumes(25)
 	started := time.Now()
 	if c.agentArgs != nil {
-		n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, "--node-name=" + n.name,
+		n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
 			"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.agentArgs...)...)
 		n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
 		n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog

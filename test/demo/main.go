@@ -125,9 +125,10 @@ func run(binary string) error {
 	if err != nil {
 		return err
 	}
-	done = step("starting %s (it waits for the driver, and for kubelet to register it in CSINode)", binary)
+	done = step("starting %s (it waits for the driver, and for kubelet to register it in CSINode); it runs as an admin, "+
+		"with no admission policy, so it is not confined (--require-confinement=false)", binary)
 	cmd := exec.CommandContext(ctx, binary,
-		"--kubeconfig="+kubeconfig, "--node-name="+nodeName, "--csi-address="+filepath.Join(work, "csi.sock"),
+		"--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+nodeName, "--csi-address="+filepath.Join(work, "csi.sock"),
 		// Plain HTTP on loopback, so the demo can read the metrics without a token.
 		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0")
 	stderr, err := cmd.StderrPipe()

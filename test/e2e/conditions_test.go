@@ -35,7 +35,7 @@ func nodeCondition(ctx context.Context, node, t string) func(Gomega) [2]string {
 	}
 }
 
-var _ = Describe("conditions-only mode, as config/samples/node-readiness-controller installs it", func() {
+var _ = Describe("conditions-only mode, as config/samples/node-readiness-controller installs it", Label(expectations.EveryMinor), func() {
 	It("publishes the condition as the gates go, never writes a taint, and is refused one", func(ctx SpecContext) {
 		objs, err := objects.FromKustomization("../../config/samples/node-readiness-controller")
 		Expect(err).NotTo(HaveOccurred())

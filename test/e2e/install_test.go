@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
@@ -148,7 +149,7 @@ func readiness(addr string) func(Gomega) int {
 	return func(g Gomega) int { s, _ := readyz(g, addr); return s }
 }
 
-var _ = Describe("an install whose admission policy refuses the agent's removal", Serial, func() {
+var _ = Describe("an install whose admission policy refuses the agent's removal", Serial, Label(expectations.EveryMinor), func() {
 	It("keeps the agent not ready, says why once, and recovers without a restart when the policy is fixed", func(ctx SpecContext) {
 		By("installing the policies as kustomize v5.5.0 (kubectl 1.32) rendered them")
 		in := installBroken(ctx)

@@ -55,7 +55,7 @@ func eventCount(g Gomega, ctx context.Context, node, reason string) int {
 
 var _ = Describe("the binary's memory of its Node", func() {
 	startAgent := func(node, socket, metrics string) *gexec.Session {
-		return runBinary("--kubeconfig="+kubeconfig, "--node-name="+node, "--csi-address="+socket,
+		return runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node, "--csi-address="+socket,
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 	}
 	stop := func(s *gexec.Session) {
@@ -106,7 +106,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		before := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, before)).To(Succeed())
 		metrics := freeAddr()
-		runBinary("--kubeconfig="+kubeconfig, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
+		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.ReasonWouldRemoveTaint) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {

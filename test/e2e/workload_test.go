@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
@@ -66,7 +67,7 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, readiness)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
-	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, "--node-name=" + node, "--csi-address=" + driver.Path(),
+	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, agentArgs...)...)
 	return &workloadNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
 }

@@ -34,6 +34,10 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
+// Unconfined is the flag the tests, the demo and the bench give an agent that runs where no
+// admission policy judges it, as an admin or a test user: confinement is required by default.
+const Unconfined = "--require-confinement=false"
+
 // PatientRetry outlasts the conflicts of racing writers in tests, for about a minute and a half if
 // it must: on a machine busy with other test packages, a hundred retries (about 15 s) ran out
 // once. The wait stays between 20 and 40 ms rather than growing to a Cap: wait.Backoff ends its
@@ -113,9 +117,13 @@ func EventCount(ctx context.Context, c client.Reader, node, reason string) (int,
 }
 
 // EnvtestBinary returns the path of a binary hack/envtest builds beside the envtest binaries
-// (KUBEBUILDER_ASSETS): kubemark, kube-scheduler or kube-controller-manager. Its error says how
-// to build it.
+// (KUBEBUILDER_ASSETS): kubemark, kube-scheduler or kube-controller-manager; KUBEMARK, when set,
+// names another minor's kubemark. Its error says how to build it.
 func EnvtestBinary(name string) (string, error) {
+	if path := os.Getenv("KUBEMARK"); name == "kubemark" && path != "" {
+		// Another minor's kubelet (make test-kubelet-skew).
+		return path, nil
+	}
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
 		return "", errors.New("KUBEBUILDER_ASSETS is not set: run the tests through make, or set it")
@@ -187,6 +195,7 @@ func WriteKubeconfig(env *envtest.Environment, user envtest.User, path string) e
 func StartEnvtest(t testing.TB) (*envtest.Environment, client.Client) {
 	t.Helper()
 	env := &envtest.Environment{}
+	ConfigureAPIServer(env)
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start envtest (make envtest, or set KUBEBUILDER_ASSETS): %v", err)

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+)
+
+// serverNeed is something a setting needs of the API server that the oldest supported minor
+// (controllers.MinKubernetesMinor) does not serve.
+type serverNeed struct {
+	// setting names the flag, or the setting of a group of --config.
+	setting string
+	// what the setting needs, in a message.
+	what string
+	// minor is the oldest minor of Kubernetes 1.x that serves it.
+	minor int
+}
+
+// resourceSliceMinor is the first minor that serves resource.k8s.io/v1.
+const resourceSliceMinor = 34
+
+// serverNeeds lists what the options need of the API server beyond the oldest supported minor.
+func (o *options) serverNeeds() []serverNeed {
+	var needs []serverNeed
+	for i, g := range o.groups {
+		setting := o.setting(-1)
+		if o.configFile != "" {
+			setting = o.setting(i)
+		}
+		if len(g.resourceSlices) > 0 {
+			needs = append(needs, serverNeed{setting: o.inConfig(setting("require-resourceslice")),
+				what: "ResourceSlices of resource.k8s.io/v1", minor: resourceSliceMinor})
+		}
+	}
+	return needs
+}
+
+// errServerTooOld marks a setting the API server cannot serve: bad input, found at start.
+var errServerTooOld = errors.New("the API server is too old for this setting")
+
+// checkServer refuses the first setting the API server cannot serve, naming the minor it needs.
+// A version it cannot read (a distribution's own scheme) refuses nothing.
+func (o *options) checkServer(info *version.Info) error {
+	minor, ok := serverMinor(info)
+	if !ok {
+		return nil
+	}
+	for _, need := range o.serverNeeds() {
+		if minor < need.minor {
+			return fmt.Errorf("%w: %s: needs %s, which Kubernetes serves from 1.%d; the API server runs %s",
+				errServerTooOld, need.setting, need.what, need.minor, describeServer(info))
+		}
+	}
+	return nil
+}
+
+// serverMinor is the minor of Kubernetes 1.x the API server acts as: the one it emulates
+// (kube-apiserver --emulated-version), else its own. Some distributions add a "+" to the minor.
+func serverMinor(info *version.Info) (int, bool) {
+	major, minor := info.Major, info.Minor
+	if info.EmulationMinor != "" {
+		major, minor = info.EmulationMajor, info.EmulationMinor
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(minor, "+"))
+	return n, major == "1" && err == nil
+}
+
+// describeServer names the API server's version for messages, as controllers.ServerMinor reads it.
+func describeServer(info *version.Info) string {
+	if info.EmulationMinor != "" && info.EmulationMinor != strings.TrimSuffix(info.Minor, "+") {
+		return fmt.Sprintf("v%s.%s (kube-apiserver %s emulating it)", info.EmulationMajor, info.EmulationMinor, info.GitVersion)
+	}
+	return info.GitVersion
+}
+
+// readServerVersion asks the API server for /version, as a discovery client's ServerVersion does.
+func readServerVersion(ctx context.Context, rc rest.Interface) (*version.Info, error) {
+	body, err := rc.Get().AbsPath("/version").Do(ctx).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's version: %w", err)
+	}
+	info := &version.Info{}
+	if err := json.Unmarshal(body, info); err != nil {
+		return nil, fmt.Errorf("reading the API server's version: %w", err)
+	}
+	return info, nil
+}
+
+// serverCheck reads the API server's version once and refuses the settings it cannot serve. At
+// start it waits a little for the answer, so that nothing runs on a server too old for it; an API
+// server that does not answer by then is waited for as a runnable of the manager, whose health
+// endpoints must serve through an outage.
+type serverCheck struct {
+	opts *options
+	rc   rest.Interface
+	log  logr.Logger
+	// clock spaces the tries; the real clock when nil.
+	clock clock.Clock
+}
+
+// serverWaitAtStart bounds how long the agent waits for the API server's version before it starts
+// its manager anyway.
+const serverWaitAtStart = 5 * time.Second
+
+// atStart reads the version for up to wait. It returns the version, nil when the API server did
+// not answer in time, or the error of a setting it cannot serve.
+func (s *serverCheck) atStart(ctx context.Context, wait time.Duration) (*version.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	info := s.await(ctx)
+	if info == nil {
+		return nil, nil
+	}
+	return info, s.opts.checkServer(info)
+}
+
+// Start reads the version, however long the API server takes to answer, and returns the error of
+// a setting it cannot serve, which stops the manager.
+func (s *serverCheck) Start(ctx context.Context) error {
+	info := s.await(ctx)
+	if info == nil {
+		return nil
+	}
+	return s.opts.checkServer(info)
+}
+
+// await asks for the version with capped backoff until it is answered or ctx ends (nil).
+func (s *serverCheck) await(ctx context.Context) *version.Info {
+	clk := s.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	backoff := wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		info, err := readServerVersion(ctx, s.rc)
+		if err == nil {
+			s.log.V(4).Info("the API server's version", "version", describeServer(info))
+			return info
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-clk.After(backoff.Step()):
+		}
+	}
+}
+
+// belowMinimum says, for the log, that the API server is older than the installs support.
+func belowMinimum(info *version.Info) (string, bool) {
+	minor, ok := serverMinor(info)
+	if !ok || minor >= controllers.MinKubernetesMinor {
+		return "", false
+	}
+	return fmt.Sprintf("the API server runs %s, older than Kubernetes 1.%d, the oldest the shipped installs support: "+
+		"their admission policy cannot be applied there", describeServer(info), controllers.MinKubernetesMinor), true
+}

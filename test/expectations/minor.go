@@ -1,0 +1,53 @@
+package expectations
+
+import (
+	"os"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The environment by which make runs the tests on a minor of Kubernetes: ENVTEST_K8S_VERSION names
+// the release whose kube-apiserver KUBEBUILDER_ASSETS holds, and ENVTEST_EMULATED_VERSION, when
+// set, the minor that kube-apiserver emulates (--emulated-version).
+const (
+	versionEnv  = "ENVTEST_K8S_VERSION"
+	emulatedEnv = "ENVTEST_EMULATED_VERSION"
+)
+
+// EveryMinor labels the Ginkgo specs that make test-minors runs on each supported minor of
+// Kubernetes, beside the whole manifests suite; BelowMinimum, those it runs on the newest minor
+// below them.
+const (
+	EveryMinor   = "every-minor"
+	BelowMinimum = "below-minimum"
+)
+
+// EnvtestMinor is the minor of Kubernetes 1.x the tests' API server acts as, and whether the
+// environment names one; when it does not, KUBEBUILDER_ASSETS is taken to hold the newest.
+func EnvtestMinor() (int, bool) {
+	v := os.Getenv(emulatedEnv)
+	if v == "" {
+		v = os.Getenv(versionEnv)
+	}
+	parsed, err := version.ParseGeneric(v)
+	if err != nil {
+		return 0, false
+	}
+	return int(parsed.Minor()), true
+}
+
+// ServesMinor reports whether the tests' API server acts as minor or a later one: always, when
+// the environment names no minor.
+func ServesMinor(minor int) bool {
+	m, ok := EnvtestMinor()
+	return !ok || m >= minor
+}
+
+// ConfigureAPIServer makes env's API server emulate the minor ENVTEST_EMULATED_VERSION names,
+// when it names one.
+func ConfigureAPIServer(env *envtest.Environment) {
+	if v := os.Getenv(emulatedEnv); v != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("emulated-version", v)
+	}
+}
