@@ -14,7 +14,18 @@ ENVTEST_K8S_VERSION ?= 1.37.2
 GOOS ?= $(shell go env GOOS)
 GOARCH ?= $(shell go env GOARCH)
 # Where setup-envtest keeps its binaries, so either tool finds the other's. KUBEBUILDER_ASSETS wins.
-ENVTEST_ASSETS ?= $(HOME)/.local/share/kubebuilder-envtest/k8s/$(ENVTEST_K8S_VERSION)-$(GOOS)-$(GOARCH)
+ENVTEST_DIR ?= $(HOME)/.local/share/kubebuilder-envtest/k8s
+ENVTEST_ASSETS ?= $(ENVTEST_DIR)/$(ENVTEST_K8S_VERSION)-$(GOOS)-$(GOARCH)
+# The other minors the tests run on (make test-minors). The oldest supported one is a real build,
+# and so is the newest one below it, where the agent must fail closed; the minors between them and
+# ENVTEST_K8S_VERSION run on its kube-apiserver, which emulates up to three minors back
+# (--emulated-version). Each build is a tools module of hack/envtest/minors.
+K8S_OLDEST ?= 1.33.13
+K8S_BELOW_OLDEST ?= 1.32.13
+K8S_EMULATED ?= 1.34 1.35 1.36
+# The minor whose API server the oldest supported kubelet (K8S_OLDEST's kubemark) is tested
+# against: three minors newer, as far as kubelet's version skew policy reaches.
+K8S_KUBELET_SKEW_SERVER ?= 1.36
 KUBEBUILDER_ASSETS ?= $(ENVTEST_ASSETS)
 export KUBEBUILDER_ASSETS
 # Where hack/kustomize builds the kustomize releases, once per machine like the envtest binaries;
@@ -53,6 +64,37 @@ test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and
 	go -C hack/chart test -count=1 ./...
 	go -C hack/promql test -count=1 ./...
 	go -C $(PLUGIN_DIR) test -count=1 ./...
+
+# One minor's run: the whole manifests suite (install and attack tables, the self-check, taint at
+# registration where served), and the controller's and the binary's specs labelled every-minor.
+# $(1) sets the minor.
+define test-minor
+$(1) go test -count=1 ./test/manifests
+$(1) go test -count=1 ./controllers -run '^TestControllers$$' -args -ginkgo.label-filter=every-minor
+$(1) go test -count=1 ./test/e2e -args -ginkgo.label-filter=every-minor
+
+endef
+
+.PHONY: test-minors
+test-minors: envtest-minors chart-tool kustomize-releases ## Run the install, attack and binary tests on each other supported minor, and prove the agent fails closed below them.
+	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)")
+	$(foreach v,$(K8S_EMULATED),$(call test-minor,ENVTEST_EMULATED_VERSION=$(v)))
+	ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" \
+		go test -count=1 ./test/e2e -args -ginkgo.label-filter=below-minimum
+
+# The minor whose own build shows that --emulated-version gives the same verdicts (make test-emulation).
+K8S_EMULATION_CHECK ?= 1.36.3
+
+.PHONY: test-emulation
+test-emulation: envtest chart-tool kustomize-releases ## Build K8S_EMULATION_CHECK's own kube-apiserver and run test-minors' tests on it, to compare with its emulation.
+	@ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) ETCD="$(ENVTEST_ASSETS)/etcd" \
+		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)" kube-apiserver
+	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)")
+
+.PHONY: test-kubelet-skew
+test-kubelet-skew: envtest-minors ## Run the hollow-kubelet specs with the oldest supported kubelet (K8S_OLDEST's kubemark) against a newer API server.
+	ENVTEST_EMULATED_VERSION=$(K8S_KUBELET_SKEW_SERVER) KUBEMARK="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)/kubemark" \
+		go test -count=1 ./test/e2e -args -ginkgo.focus='with the real kubelet'
 
 FUZZTIME ?= 1m
 .PHONY: fuzz
@@ -220,6 +262,13 @@ chart-tool: $(LOCALBIN) ## Build hack/chart (the Helm Go SDK; go build skips it 
 .PHONY: envtest
 envtest: ## Build kube-apiserver, etcd, kubemark (the hollow kubelet), kube-scheduler and kube-controller-manager from their Go modules (once; skipped when present).
 	@ENVTEST_K8S_VERSION=$(ENVTEST_K8S_VERSION) hack/envtest/build.sh "$(KUBEBUILDER_ASSETS)"
+
+.PHONY: envtest-minors
+envtest-minors: envtest ## Build K8S_OLDEST's kube-apiserver and kubemark, and K8S_BELOW_OLDEST's kube-apiserver, beside ENVTEST_K8S_VERSION's etcd (once; skipped when present).
+	@ENVTEST_K8S_VERSION=$(K8S_OLDEST) ETCD="$(ENVTEST_ASSETS)/etcd" \
+		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)" kube-apiserver kubemark
+	@ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) ETCD="$(ENVTEST_ASSETS)/etcd" \
+		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" kube-apiserver
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary

@@ -47,6 +47,7 @@ var _ = BeforeSuite(func() {
 	SetDefaultConsistentlyDuration(2 * time.Second)
 	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
 	testEnv = &envtest.Environment{}
+	expectations.ConfigureAPIServer(testEnv)
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")

@@ -55,8 +55,14 @@ func Lint(dir string, files, sets []string) error {
 const KubeVersion = "v1.37.2"
 
 // Template renders the chart in dir as release name in namespace, as `helm template` does,
-// validating the values against the chart's schema.
+// validating the values against the chart's schema, for KubeVersion.
 func Template(dir, name, namespace string, files, sets []string) (string, error) {
+	return TemplateFor(KubeVersion, dir, name, namespace, files, sets)
+}
+
+// TemplateFor renders the chart as Template does, for a cluster of kubeVersion: Helm refuses a
+// chart whose kubeVersion that version does not meet, as helm install does.
+func TemplateFor(kubeVersion, dir, name, namespace string, files, sets []string) (string, error) {
 	chrt, err := loader.Load(dir)
 	if err != nil {
 		return "", fmt.Errorf("loading %s: %w", dir, err)
@@ -68,8 +74,8 @@ func Template(dir, name, namespace string, files, sets []string) (string, error)
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.ReleaseName, install.Namespace, install.Replace = name, namespace, true
-	if install.KubeVersion, err = common.ParseKubeVersion(KubeVersion); err != nil {
-		return "", fmt.Errorf("parsing %s: %w", KubeVersion, err)
+	if install.KubeVersion, err = common.ParseKubeVersion(kubeVersion); err != nil {
+		return "", fmt.Errorf("parsing %s: %w", kubeVersion, err)
 	}
 	rel, err := install.RunWithContext(context.Background(), chrt, vals)
 	if err != nil {

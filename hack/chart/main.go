@@ -51,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	version := fs.String("version", "", "the release, vX.Y.Z: the appVersion and image tag; the chart's version without the v (package)")
 	image := fs.String("image", "", "the image repository the packaged values point at (package)")
 	destination := fs.String("destination", ".", "directory to write the package to (package)")
+	kubeVersion := fs.String("kube-version", KubeVersion, "the cluster's Kubernetes version, vX.Y.Z (template)")
 	if err := fs.Parse(args[2:]); err != nil {
 		_, _ = fmt.Fprintf(stderr, "chart %s: %v\n", cmd, err)
 		return exitBadInput
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = Lint(dir, values, sets)
 	case "template":
 		var out string
-		if out, err = Template(dir, *name, *namespace, values, sets); err == nil {
+		if out, err = TemplateFor(*kubeVersion, dir, *name, *namespace, values, sets); err == nil {
 			_, err = io.WriteString(stdout, out)
 		}
 	case "package":

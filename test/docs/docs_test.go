@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"sigs.k8s.io/yaml"
 )
@@ -198,5 +199,32 @@ func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
 				t.Errorf("docs/observability.md, panel %q: the query %s is not shown as the dashboard has it", p.Title, target.Expr)
 			}
 		}
+	}
+}
+
+// TestTheStatedMinimumIsTheTestedOne checks that the oldest supported minor of Kubernetes is one
+// number: the agent's (controllers.MinKubernetesMinor), the one make test-minors builds and the
+// one below it where the agent must refuse, and the one the install page states.
+func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
+	makefile, err := os.ReadFile(filepath.Join(repo, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for variable, want := range map[string]int{"K8S_OLDEST": controllers.MinKubernetesMinor, "K8S_BELOW_OLDEST": controllers.MinKubernetesMinor - 1} {
+		m := regexp.MustCompile(`(?m)^` + variable + ` \?= (\S+)$`).FindSubmatch(makefile)
+		if m == nil {
+			t.Errorf("the Makefile sets no %s", variable)
+			continue
+		}
+		if got, ok := controllers.ServerMinor(string(m[1])); !ok || got != want {
+			t.Errorf("the Makefile's %s is %s, want a release of 1.%d", variable, m[1], want)
+		}
+	}
+	install, err := os.ReadFile(filepath.Join(repo, "docs/install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("The cluster must run Kubernetes 1.%d or later", controllers.MinKubernetesMinor); !strings.Contains(string(install), want) {
+		t.Errorf("docs/install.md does not say %q", want)
 	}
 }

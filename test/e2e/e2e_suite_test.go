@@ -52,6 +52,7 @@ var _ = BeforeSuite(func() {
 	// Without a bound, the API server waits for open watches before it stops, longer than
 	// envtest waits for it.
 	testEnv.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
+	expectations.ConfigureAPIServer(testEnv)
 	restConfig, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
 	DeferCleanup(testEnv.Stop)

@@ -181,7 +181,7 @@ func applyUntilDone(ctx context.Context, objs []*unstructured.Unstructured) {
 	apply(ctx, objs)
 	DeferCleanup(func(ctx SpecContext) {
 		for _, obj := range objs {
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
+			Expect(deleteObject(ctx, obj)).To(Succeed())
 		}
 		for _, obj := range objs {
 			if obj.GetKind() == "Namespace" {

@@ -46,10 +46,13 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	testEnv = &envtest.Environment{}
-	// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
-	// refuse a change of it although it names no such field.
-	testEnv.ControlPlane.GetAPIServer().Configure().
-		Append("feature-gates", "InPlacePodVerticalScalingSchedulerPreemption=true")
+	expectations.ConfigureAPIServer(testEnv)
+	if expectations.ServesMinor(37) {
+		// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
+		// refuse a change of it although it names no such field.
+		testEnv.ControlPlane.GetAPIServer().Configure().
+			Append("feature-gates", "InPlacePodVerticalScalingSchedulerPreemption=true")
+	}
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")

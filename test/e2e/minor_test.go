@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gbytes"
+	"github.com/onsi/gomega/gexec"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+)
+
+// defaultInstall is config/default as the pinned kustomize renders it: its objects, and the
+// startup taints and service account of its DaemonSet.
+type defaultInstall struct {
+	objs               []*unstructured.Unstructured
+	namespace, account string
+	taints             string
+}
+
+func renderDefault() defaultInstall {
+	GinkgoHelper()
+	objs, err := objects.FromKustomization("../../config/default")
+	Expect(err).NotTo(HaveOccurred())
+	in := defaultInstall{objs: objs}
+	for _, obj := range objs {
+		if obj.GetKind() != "DaemonSet" {
+			continue
+		}
+		var ds appsv1.DaemonSet
+		Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ds)).To(Succeed())
+		in.namespace, in.account = ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName
+		for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "STARTUP_TAINTS" {
+				in.taints = e.Value
+			}
+		}
+	}
+	Expect(in.taints).NotTo(BeEmpty())
+	return in
+}
+
+// run starts the binary as the install's agent on node, with its defaults (confinement required).
+func (in defaultInstall) run(node, csi, health string) *gexec.Session {
+	GinkgoHelper()
+	return runBinary("--kubeconfig="+kubeconfigAs(in.namespace, in.account, node), "--node-name="+node, "--csi-address="+csi,
+		"--taint="+in.taints, "--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
+}
+
+var _ = Describe("config/default on this minor of Kubernetes", func() {
+	if !expectations.ServesMinor(controllers.MinKubernetesMinor) {
+		return
+	}
+	It("applies, and its agent removes its own taint, confined", Label(expectations.EveryMinor), func(ctx SpecContext) {
+		in := renderDefault()
+		for _, obj := range in.objs {
+			applyObject(ctx, obj)
+		}
+		const node = "e2e-minor-default"
+		taint := corev1.Taint{Key: in.taints, Effect: corev1.TaintEffectNoExecute}
+		driver := setupNode(ctx, node, taint)
+		health := freeAddr()
+		session := in.run(node, driver.Path(), health)
+		Eventually(hasTaint(ctx, k8sClient, node, taint.Key)).Should(BeFalse())
+		Eventually(readiness(health)).Should(Equal(http.StatusOK))
+		Eventually(session.Err).Should(gbytes.Say("the admission policy confines this agent"))
+	})
+})
+
+var _ = Describe("config/default below the oldest supported minor", func() {
+	if expectations.ServesMinor(controllers.MinKubernetesMinor) {
+		return
+	}
+	It("leaves an agent that removes nothing and says why, not one that nothing judges", Label(expectations.BelowMinimum), func(ctx SpecContext) {
+		in := renderDefault()
+		By("kubectl apply -k: the API server refuses the policy, and everything else is applied")
+		refused := 0
+		for _, obj := range in.objs {
+			if obj.GetKind() != "ValidatingAdmissionPolicy" || !strings.Contains(obj.GetName(), "own-node-only") {
+				applyObject(ctx, obj)
+				continue
+			}
+			err := k8sClient.Create(ctx, obj.DeepCopy())
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want the policy refused, got %v", err)
+			GinkgoWriter.Printf("the API server refuses %s: %v\n", obj.GetName(), err)
+			refused++
+		}
+		Expect(refused).To(Equal(1))
+
+		const node = "e2e-below-minimum"
+		taint := corev1.Taint{Key: in.taints, Effect: corev1.TaintEffectNoExecute}
+		driver := setupNode(ctx, node, taint)
+		health := freeAddr()
+		session := in.run(node, driver.Path(), health)
+
+		By("one Error log line, a Warning event on its Node, /readyz failing, and the taint held")
+		Eventually(session.Err).Should(gbytes.Say(`"level":"error".*no admission policy judges this agent, and confinement is required`))
+		var note string
+		Eventually(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
+			for _, e := range list.Items {
+				if e.Reason == controllers.ReasonNotConfined && e.Regarding.Name == node && e.Type == corev1.EventTypeWarning {
+					note = e.Note
+				}
+			}
+			g.Expect(note).To(ContainSubstring("and the shipped admission policy needs Kubernetes 1.33 or later"))
+		}).Should(Succeed())
+		GinkgoWriter.Printf("the NotConfined event: %s\n", note)
+		Eventually(func(g Gomega) string { _, body := readyz(g, health); return body }).
+			Should(ContainSubstring("[-]startup-taint-removal failed"))
+		Consistently(hasTaint(ctx, k8sClient, node, taint.Key), "3s").Should(BeTrue())
+		Expect(strings.Count(string(session.Err.Contents()), `"level":"error"`)).To(Equal(1), "one Error line")
+		Expect(session).NotTo(gexec.Exit(), "it keeps running, and checking")
+	})
+})
+
+var _ = Describe("a setting this minor of Kubernetes cannot serve", func() {
+	if expectations.ServesMinor(34) || !expectations.ServesMinor(controllers.MinKubernetesMinor) {
+		return // resource.k8s.io/v1 is served from 1.34
+	}
+	It("ends the binary with status 2 and one line naming the setting and the minor it needs", Label(expectations.EveryMinor), func() {
+		code, stderr := runToExit("--kubeconfig="+kubeconfig, "--node-name=n1", "--taint=gpu.example.com/agent-not-ready",
+			"--require-resourceslice=gpu.example.com", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		Expect(code).To(Equal(2))
+		Expect(strings.Count(stderr, "\n")).To(Equal(1), "one line: %s", stderr)
+		Expect(stderr).To(MatchRegexp(`^startup-taint-remover: .*--require-resourceslice: needs ResourceSlices of resource\.k8s\.io/v1, ` +
+			`which Kubernetes serves from 1\.34; the API server runs v1\.33`))
+	})
+})
