@@ -86,9 +86,9 @@ test-minors: envtest-minors chart-tool kustomize-releases ## Run the install, at
 K8S_EMULATION_CHECK ?= 1.36.3
 
 .PHONY: test-emulation
-test-emulation: envtest chart-tool kustomize-releases ## Build K8S_EMULATION_CHECK's own kube-apiserver and run test-minors' tests on it, to compare with its emulation.
+test-emulation: envtest chart-tool kustomize-releases ## Build K8S_EMULATION_CHECK's own kube-apiserver and kubemark and run test-minors' tests on them, to compare with its emulation.
 	@ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) ETCD="$(ENVTEST_ASSETS)/etcd" \
-		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)" kube-apiserver
+		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)" kube-apiserver kubemark
 	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)")
 
 .PHONY: test-kubelet-skew
