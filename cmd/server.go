@@ -115,10 +115,10 @@ type serverCheck struct {
 // its manager anyway.
 const serverWaitAtStart = 5 * time.Second
 
-// atStart reads the version for up to wait. It returns the version, nil when the API server did
+// atStart reads the version for up to timeout. It returns the version, nil when the API server did
 // not answer in time, or the error of a setting it cannot serve.
-func (s *serverCheck) atStart(ctx context.Context, wait time.Duration) (*version.Info, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
+func (s *serverCheck) atStart(ctx context.Context, timeout time.Duration) (*version.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	info := s.await(ctx)
 	if info == nil {

@@ -352,7 +352,8 @@ func (c *ConfinementCheck) notConfinedWhy() string {
 		return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
 			"which compiles it: upgrade the control plane.", c.ServerVersion, MinKubernetesMinor)
 	}
-	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole to its service account."
+	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole " +
+		"to its service account."
 }
 
 // ReasonRemovalRefused is the event reason when the API server refuses the agent's dry-run
