@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,8 +73,7 @@ func serverMinor(info *version.Info) (int, bool) {
 	if info.EmulationMinor != "" {
 		major, minor = info.EmulationMajor, info.EmulationMinor
 	}
-	n, err := strconv.Atoi(strings.TrimSuffix(minor, "+"))
-	return n, major == "1" && err == nil
+	return controllers.ServerMinor(major + "." + strings.TrimSuffix(minor, "+"))
 }
 
 // describeServer names the API server's version for messages, as controllers.ServerMinor reads it.
