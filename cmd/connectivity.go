@@ -48,26 +48,34 @@ func (c *connectivity) watchError(ctx context.Context, r *toolscache.Reflector, 
 	go c.awaitRecovery(ctx)
 }
 
-// awaitRecovery asks the API server for its version, with capped backoff, until it answers. It
-// steps the backoff itself: wait.ExponentialBackoff gives up once the delay reaches Cap (its steps
-// end there), and an outage of a minute would then be reported as over.
+// awaitRecovery asks the API server for its version until it answers, and reports its return.
 func (c *connectivity) awaitRecovery(ctx context.Context) {
-	clk := c.clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
-	for c.ping(ctx) != nil {
-		select {
-		case <-ctx.Done():
-			return
-		case <-clk.After(backoff.Step()):
-		}
+	if !retryUntil(ctx, c.clock, time.Second, c.ping) {
+		return
 	}
 	c.mu.Lock()
 	c.down = false
 	c.mu.Unlock()
 	c.log.Info("the API server answers again")
+}
+
+// retryUntil calls try with a backoff from first, capped at 30 s, until it succeeds (true) or ctx
+// ends (false); clk spaces the tries, the real clock when nil. It steps the backoff itself:
+// wait.ExponentialBackoff gives up once the delay reaches Cap (its steps end there), and an outage
+// of a minute would then be taken as over.
+func retryUntil(ctx context.Context, clk clock.Clock, first time.Duration, try func(context.Context) error) bool {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	backoff := wait.Backoff{Duration: first, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	for try(ctx) != nil {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-clk.After(backoff.Step()):
+		}
+	}
+	return true
 }
 
 // versionClient is a plain REST client for /version, as a discovery client's ServerVersion uses:
@@ -85,5 +93,5 @@ func versionClient(cfg *rest.Config) (rest.Interface, error) {
 
 // versionPing asks the API server for /version through rc.
 func versionPing(rc rest.Interface) func(context.Context) error {
-	return func(ctx context.Context) error { return rc.Get().AbsPath("/version").Do(ctx).Error() }
+	return func(ctx context.Context) error { _, err := readServerVersion(ctx, rc); return err }
 }

@@ -138,11 +138,6 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if err != nil {
 		return err
 	}
-	if info != nil {
-		if why, below := belowMinimum(info); below {
-			conn.log.Info(why)
-		}
-	}
 	shutdown := 2 * time.Second
 	r, _ := opts.newReconciler()
 	defer closeGates(r)
@@ -163,9 +158,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.
 		r.Confinement = controllers.NewConfinementCheck(opts.requireConfinement)
-		if info != nil {
-			r.Confinement.ServerVersion = describeServer(info)
-		}
+		r.Confinement.Server = info
 	}
 	if info == nil {
 		// The API server did not answer in time: its version is read once it does.

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -53,35 +51,17 @@ var errServerTooOld = errors.New("the API server is too old for this setting")
 // checkServer refuses the first setting the API server cannot serve, naming the minor it needs.
 // A version it cannot read (a distribution's own scheme) refuses nothing.
 func (o *options) checkServer(info *version.Info) error {
-	minor, ok := serverMinor(info)
+	minor, ok := controllers.ActsAs(info)
 	if !ok {
 		return nil
 	}
 	for _, need := range o.serverNeeds() {
 		if minor < need.minor {
 			return fmt.Errorf("%w: %s: needs %s, which Kubernetes serves from 1.%d; the API server runs %s",
-				errServerTooOld, need.setting, need.what, need.minor, describeServer(info))
+				errServerTooOld, need.setting, need.what, need.minor, controllers.DescribeServer(info))
 		}
 	}
 	return nil
-}
-
-// serverMinor is the minor of Kubernetes 1.x the API server acts as: the one it emulates
-// (kube-apiserver --emulated-version), else its own. Some distributions add a "+" to the minor.
-func serverMinor(info *version.Info) (int, bool) {
-	major, minor := info.Major, info.Minor
-	if info.EmulationMinor != "" {
-		major, minor = info.EmulationMajor, info.EmulationMinor
-	}
-	return controllers.ServerMinor(major + "." + strings.TrimSuffix(minor, "+"))
-}
-
-// describeServer names the API server's version for messages, as controllers.ServerMinor reads it.
-func describeServer(info *version.Info) string {
-	if info.EmulationMinor != "" && info.EmulationMinor != strings.TrimSuffix(info.Minor, "+") {
-		return fmt.Sprintf("v%s.%s (kube-apiserver %s emulating it)", info.EmulationMajor, info.EmulationMinor, info.GitVersion)
-	}
-	return info.GitVersion
 }
 
 // readServerVersion asks the API server for /version, as a discovery client's ServerVersion does.
@@ -119,49 +99,30 @@ func (s *serverCheck) atStart(ctx context.Context, timeout time.Duration) (*vers
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	info := s.await(ctx)
-	if info == nil {
-		return nil, nil
-	}
-	return info, s.opts.checkServer(info)
+	return info, s.check(info)
 }
 
 // Start reads the version, however long the API server takes to answer, and returns the error of
 // a setting it cannot serve, which stops the manager.
 func (s *serverCheck) Start(ctx context.Context) error {
-	info := s.await(ctx)
+	return s.check(s.await(ctx))
+}
+
+// check refuses the settings the API server cannot serve; nil, when it did not answer.
+func (s *serverCheck) check(info *version.Info) error {
 	if info == nil {
 		return nil
 	}
+	s.log.V(4).Info("the API server's version", "version", controllers.DescribeServer(info))
 	return s.opts.checkServer(info)
 }
 
-// await asks for the version with capped backoff until it is answered or ctx ends (nil).
+// await asks for the version until it is answered, or ctx ends (nil).
 func (s *serverCheck) await(ctx context.Context) *version.Info {
-	clk := s.clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	backoff := wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
-	for {
-		info, err := readServerVersion(ctx, s.rc)
-		if err == nil {
-			s.log.V(4).Info("the API server's version", "version", describeServer(info))
-			return info
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-clk.After(backoff.Step()):
-		}
-	}
-}
-
-// belowMinimum says, for the log, that the API server is older than the installs support.
-func belowMinimum(info *version.Info) (string, bool) {
-	minor, ok := serverMinor(info)
-	if !ok || minor >= controllers.MinKubernetesMinor {
-		return "", false
-	}
-	return fmt.Sprintf("the API server runs %s, older than Kubernetes 1.%d, the oldest the shipped installs support: "+
-		"their admission policy cannot be applied there", describeServer(info), controllers.MinKubernetesMinor), true
+	var info *version.Info
+	retryUntil(ctx, s.clock, 250*time.Millisecond, func(ctx context.Context) (err error) {
+		info, err = readServerVersion(ctx, s.rc)
+		return err
+	})
+	return info
 }

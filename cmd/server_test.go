@@ -61,16 +61,6 @@ func TestCheckServerNamesTheGroupOfAConfigFile(t *testing.T) {
 	}
 }
 
-func TestBelowMinimumNamesTheOldestSupportedMinor(t *testing.T) {
-	if why, below := belowMinimum(&version.Info{Major: "1", Minor: "32", GitVersion: "v1.32.13"}); !below ||
-		!strings.Contains(why, "v1.32.13, older than Kubernetes 1.33") {
-		t.Errorf("belowMinimum(1.32) = %q, %v", why, below)
-	}
-	if _, below := belowMinimum(&version.Info{Major: "1", Minor: "33", GitVersion: "v1.33.13"}); below {
-		t.Error("belowMinimum(1.33) = true")
-	}
-}
-
 func TestServerCheckAtStart(t *testing.T) {
 	var answer atomic.Value // the /version body, or "" for 503
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

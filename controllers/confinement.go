@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,9 +97,9 @@ type ConfinementCheck struct {
 	// an agent that nothing judges removes nothing, is not ready, and says why, and goes on
 	// checking, so it starts working once a policy judges it.
 	Require bool
-	// ServerVersion, when set, is the API server's version (as /version tells it), quoted when
-	// the agent is not confined on a server older than MinKubernetesMinor.
-	ServerVersion string
+	// Server, when set, is the API server's version (its /version), quoted when the agent is not
+	// confined on a server older than MinKubernetesMinor.
+	Server *version.Info
 	// Clock times the retries; the real clock when nil.
 	Clock clock.Clock
 
@@ -348,9 +349,11 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 // notConfinedWhy says what to do about a missing confinement: on an API server older than the
 // shipped policy needs, upgrade; otherwise install the policy.
 func (c *ConfinementCheck) notConfinedWhy() string {
-	if minor, ok := ServerMinor(c.ServerVersion); ok && minor < MinKubernetesMinor {
-		return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
-			"which compiles it: upgrade the control plane.", c.ServerVersion, MinKubernetesMinor)
+	if c.Server != nil {
+		if minor, ok := ActsAs(c.Server); ok && minor < MinKubernetesMinor {
+			return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
+				"which compiles it: upgrade the control plane.", DescribeServer(c.Server), MinKubernetesMinor)
+		}
 	}
 	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole " +
 		"to its service account."

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -201,7 +202,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	check := NewConfinementCheck(true)
 	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
-	check.ServerVersion = "v1.32.13"
+	check.Server = &version.Info{Major: "1", Minor: "32", GitVersion: "v1.32.13"}
 	if check.Permits() {
 		t.Fatal("Permits() before any verdict; a required confinement must be seen first")
 	}
