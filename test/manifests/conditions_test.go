@@ -127,7 +127,10 @@ var _ = Describe("conditions-only installs", func() {
 				gate := &expectations.Switch{}
 				gate.Set(false)
 				metrics.RemovalRefused.Set(1)
-				confinement := controllers.NewConfinementCheck(false)
+				metrics.Confined.Set(0)
+				// Required, as the binary's default: the condition is written only once the policy
+				// refuses the check's condition that is not the agent's own.
+				confinement := controllers.NewConfinementCheck(true)
 				startAgent(a.config(own), own, a.taints, confinement, func(r *controllers.NodeReconciler) {
 					r.ConditionsOnly = true
 					r.Groups[0].ConditionType = a.conditionType
@@ -144,6 +147,7 @@ var _ = Describe("conditions-only installs", func() {
 					return ""
 				}
 				Eventually(status).Should(Equal(corev1.ConditionFalse))
+				Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(1.0), "the policy refuses a condition not its own")
 				Eventually(func() float64 { return testutil.ToFloat64(metrics.RemovalRefused) }).Should(BeZero(),
 					"its dry-run condition write is admitted: it is ready")
 				gate.Set(true)

@@ -1203,6 +1203,16 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 		Expect(done).NotTo(Receive(), "the agent keeps running, and keeps checking")
 	})
 
+	It("finds a conditions-only agent not confined by asking for a condition not its own, in a dry run", func(ctx SpecContext) {
+		node := newUnconfinedNode(ctx, "unconfined-conditions-node")
+		check := &controllers.ConfinementCheck{Client: k8sClient, NodeName: node.Name, Conditions: []string{"example.com/AgentReady"}}
+		outcome, _, err := check.Check(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome).To(Equal(controllers.NotConfined))
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
+		Expect(node.Status.Conditions).To(BeEmpty(), "the check is a dry run")
+	})
+
 	It("cannot tell for an identity that may not write Nodes at all", func(ctx SpecContext) {
 		user, groups := serviceAccount("nowhere", "nobody")
 		check := &controllers.ConfinementCheck{Client: impersonating(user, groups, "n"), NodeName: "n"}
