@@ -26,9 +26,6 @@ type serverNeed struct {
 	minor int
 }
 
-// resourceSliceMinor is the first minor that serves resource.k8s.io/v1.
-const resourceSliceMinor = 34
-
 // serverNeeds lists what the options need of the API server beyond the oldest supported minor.
 func (o *options) serverNeeds() []serverNeed {
 	var needs []serverNeed
@@ -39,7 +36,7 @@ func (o *options) serverNeeds() []serverNeed {
 		}
 		if len(g.resourceSlices) > 0 {
 			needs = append(needs, serverNeed{setting: o.inConfig(setting("require-resourceslice")),
-				what: "ResourceSlices of resource.k8s.io/v1", minor: resourceSliceMinor})
+				what: "ResourceSlices of resource.k8s.io/v1", minor: controllers.ResourceSliceMinor})
 		}
 	}
 	return needs

@@ -80,8 +80,8 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 })
 
 var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.EveryMinor), func() {
-	if !expectations.ServesMinor(34) {
-		return // resource.k8s.io/v1 is served from 1.34; below, the binary refuses the gate (cmd/server.go)
+	if !expectations.ServesMinor(controllers.ResourceSliceMinor) {
+		return // below, the binary refuses the gate (cmd/server.go)
 	}
 	It("holds the taint until the driver publishes a device for this node; other nodes' and other drivers' slices do not count",
 		func(ctx SpecContext) {

@@ -13,6 +13,16 @@ import (
 // only in expressions it already stored. The shipped installs support this minor and later ones.
 const MinKubernetesMinor = 33
 
+// The first minors of Kubernetes 1.x that serve what a feature needs, where that is later than
+// MinKubernetesMinor: the agent refuses a setting below its minor, and the tests run it from there.
+const (
+	// ResourceSliceMinor serves resource.k8s.io/v1, which the ResourceSlice gate reads.
+	ResourceSliceMinor = 34
+	// TaintAtRegistrationMinor serves MutatingAdmissionPolicy v1, on by default, which taint at
+	// registration is made of.
+	TaintAtRegistrationMinor = 36
+)
+
 // ServerMinor returns the minor of Kubernetes 1.x that a version names (v1.33.13, 1.34,
 // v1.33.5-eks), and whether it names one.
 func ServerMinor(v string) (int, bool) {

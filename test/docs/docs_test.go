@@ -204,7 +204,8 @@ func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
 
 // TestTheStatedMinimumIsTheTestedOne checks that the oldest supported minor of Kubernetes is one
 // number: the agent's (controllers.MinKubernetesMinor), the one make test-minors builds and the
-// one below it where the agent must refuse, and the one the install page states.
+// one below it where the agent must refuse, and the one the install page states; and that the
+// page states each feature's own minimum as the code declares it.
 func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
 	makefile, err := os.ReadFile(filepath.Join(repo, "Makefile"))
 	if err != nil {
@@ -224,7 +225,13 @@ func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("The cluster must run Kubernetes 1.%d or later", controllers.MinKubernetesMinor); !strings.Contains(string(install), want) {
-		t.Errorf("docs/install.md does not say %q", want)
+	for _, want := range []string{
+		fmt.Sprintf("The cluster must run Kubernetes 1.%d or later", controllers.MinKubernetesMinor),
+		fmt.Sprintf("| taint at registration | 1.%d |", controllers.TaintAtRegistrationMinor),
+		fmt.Sprintf("| `--require-resourceslice` (DRA drivers) | 1.%d |", controllers.ResourceSliceMinor),
+	} {
+		if !strings.Contains(string(install), want) {
+			t.Errorf("docs/install.md does not say %q", want)
+		}
 	}
 }

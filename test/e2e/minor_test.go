@@ -128,8 +128,8 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 })
 
 var _ = Describe("a setting this minor of Kubernetes cannot serve", func() {
-	if expectations.ServesMinor(34) || !expectations.ServesMinor(controllers.MinKubernetesMinor) {
-		return // resource.k8s.io/v1 is served from 1.34
+	if expectations.ServesMinor(controllers.ResourceSliceMinor) || !expectations.ServesMinor(controllers.MinKubernetesMinor) {
+		return
 	}
 	It("ends the binary with status 2 and one line naming the setting and the minor it needs", Label(expectations.EveryMinor), func() {
 		code, stderr := runToExit("--kubeconfig="+kubeconfig, "--node-name=n1", "--taint=gpu.example.com/agent-not-ready",

@@ -211,13 +211,9 @@ func startupTaint(spec controllers.TaintSpec) corev1.Taint {
 	return corev1.Taint{Key: spec.Key, Effect: effect}
 }
 
-// registrationMinor is the first minor of Kubernetes 1.x that serves MutatingAdmissionPolicy v1,
-// which taint at registration is made of.
-const registrationMinor = 36
-
 // servedSince is the first minor of Kubernetes 1.x that serves each kind an install renders, where
 // that is later than the oldest supported minor.
-var servedSince = map[string]int{"MutatingAdmissionPolicy": registrationMinor, "MutatingAdmissionPolicyBinding": registrationMinor}
+var servedSince = map[string]int{"MutatingAdmissionPolicy": controllers.TaintAtRegistrationMinor, "MutatingAdmissionPolicyBinding": controllers.TaintAtRegistrationMinor}
 
 // served reports whether the API server serves obj's kind.
 func served(obj *unstructured.Unstructured) bool {
@@ -704,7 +700,7 @@ var _ = Describe("the rendered installs", func() {
 
 			// The first minor of Kubernetes 1.x that has the field a request writes: an older API
 			// server drops the field, and there is nothing to judge.
-			since := map[string]int{"setting spec.podPreemptionPolicy (a field the policy does not name)": 37}
+			since := map[string]int{"setting spec.podPreemptionPolicy (a field the policy does not name)": podPreemptionMinor}
 			for _, req := range requests {
 				if !expectations.ServesMinor(since[req.name]) {
 					continue

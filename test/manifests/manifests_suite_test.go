@@ -27,6 +27,10 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
+// podPreemptionMinor is the first minor of Kubernetes 1.x with spec.podPreemptionPolicy, a field of
+// a Node the admission policy names nowhere.
+const podPreemptionMinor = 37
+
 var (
 	cfg       *rest.Config
 	k8sClient client.Client
@@ -47,7 +51,7 @@ var _ = BeforeSuite(func() {
 
 	testEnv = &envtest.Environment{}
 	expectations.ConfigureAPIServer(testEnv)
-	if expectations.ServesMinor(37) {
+	if expectations.ServesMinor(podPreemptionMinor) {
 		// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
 		// refuse a change of it although it names no such field.
 		testEnv.ControlPlane.GetAPIServer().Configure().

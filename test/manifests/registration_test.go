@@ -155,7 +155,7 @@ var _ = Describe("taint at registration's selector and the DaemonSet", func() {
 })
 
 var _ = Describe("taint at registration", func() {
-	if !expectations.ServesMinor(registrationMinor) {
+	if !expectations.ServesMinor(controllers.TaintAtRegistrationMinor) {
 		// Nothing to judge on this minor: apply shows the API server refuses the policy's kind.
 		return
 	}
