@@ -7,18 +7,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
-	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
 // nodeCondition returns the status and reason of the Node's condition of type t ("" when absent).
@@ -37,21 +34,12 @@ func nodeCondition(ctx context.Context, node, t string) func(Gomega) [2]string {
 
 var _ = Describe("conditions-only mode, as config/samples/node-readiness-controller installs it", Label(expectations.EveryMinor), func() {
 	It("publishes the condition as the gates go, never writes a taint, and is refused one", func(ctx SpecContext) {
-		objs, err := objects.FromKustomization("../../config/samples/node-readiness-controller")
-		Expect(err).NotTo(HaveOccurred())
-		var daemonSet appsv1.DaemonSet
-		for _, obj := range objs {
-			if obj.GetKind() == "DaemonSet" {
-				Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &daemonSet)).To(Succeed())
-			}
+		in := renderInstall("../../config/samples/node-readiness-controller")
+		for _, obj := range in.objs {
 			applyObject(ctx, obj)
 		}
-		c := daemonSet.Spec.Template.Spec.Containers[0]
-		Expect(c.Args).To(ContainElement("--conditions-only"))
-		env := map[string]string{}
-		for _, e := range c.Env {
-			env[e.Name] = e.Value
-		}
+		daemonSet, env := in.daemonSet, in.env
+		Expect(daemonSet.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--conditions-only"))
 		taintSpec, err := controllers.ParseTaintSpec(env["STARTUP_TAINTS"])
 		Expect(err).NotTo(HaveOccurred())
 		taint := corev1.Taint{Key: taintSpec.Key, Effect: taintSpec.Effect}
@@ -62,7 +50,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 		const node = "e2e-conditions-only"
 		driver := setupNode(ctx, node, taint)
 		driver.SetReadiness(fakecsi.NotReady)
-		agent := kubeconfigAs(daemonSet.Namespace, daemonSet.Spec.Template.Spec.ServiceAccountName, node)
+		agent := in.kubeconfig(node)
 		health := freeAddr()
 		session := runBinary("--kubeconfig="+agent, "--node-name="+node, "--csi-address="+driver.Path(), "--taint="+env["STARTUP_TAINTS"],
 			"--condition-type="+conditionType, "--conditions-only", "--metrics-bind-address=0", "--health-probe-bind-address="+health,

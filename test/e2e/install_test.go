@@ -55,12 +55,44 @@ func readyz(g Gomega, addr string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// renderedInstall is a kustomization as the pinned kustomize renders it: its objects, its agent's
+// DaemonSet, and the environment of the agent's container.
+type renderedInstall struct {
+	objs      []*unstructured.Unstructured
+	daemonSet appsv1.DaemonSet
+	env       map[string]string
+}
+
+// renderInstall renders the kustomization in dir.
+func renderInstall(dir string) renderedInstall {
+	GinkgoHelper()
+	objs, err := objects.FromKustomization(dir)
+	Expect(err).NotTo(HaveOccurred())
+	in := renderedInstall{objs: objs, env: map[string]string{}}
+	for _, obj := range objs {
+		if obj.GetKind() == "DaemonSet" {
+			Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &in.daemonSet)).To(Succeed())
+		}
+	}
+	Expect(in.daemonSet.Spec.Template.Spec.Containers).NotTo(BeEmpty(), "%s renders the agent's DaemonSet", dir)
+	for _, e := range in.daemonSet.Spec.Template.Spec.Containers[0].Env {
+		in.env[e.Name] = e.Value
+	}
+	return in
+}
+
+// kubeconfig is a kubeconfig that acts as the install's agent on node.
+func (in renderedInstall) kubeconfig(node string) string {
+	GinkgoHelper()
+	return kubeconfigAs(in.daemonSet.Namespace, in.daemonSet.Spec.Template.Spec.ServiceAccountName, node)
+}
+
 // brokenInstall is config/default applied with its policies broken as objects.AsOldRenders breaks
-// them: what the agent's pod runs as, its taint, and the policies as they should have been.
+// them: the install, its taint, and the policies as they should have been.
 type brokenInstall struct {
-	namespace, account string
-	startup            corev1.Taint
-	policies           []*admissionv1.ValidatingAdmissionPolicy
+	renderedInstall
+	startup  corev1.Taint
+	policies []*admissionv1.ValidatingAdmissionPolicy
 }
 
 // applyObject creates a rendered object; a cluster-scoped one is deleted when the spec ends. The
@@ -83,15 +115,9 @@ func applyObject(ctx SpecContext, obj *unstructured.Unstructured) {
 // installBroken applies config/default with broken policies, until the spec ends.
 func installBroken(ctx SpecContext) brokenInstall {
 	GinkgoHelper()
-	objs, err := objects.FromKustomization("../../config/default")
-	Expect(err).NotTo(HaveOccurred())
-	var daemonSet appsv1.DaemonSet
-	var in brokenInstall
-	for _, obj := range objs {
-		switch obj.GetKind() {
-		case "DaemonSet":
-			Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &daemonSet)).To(Succeed())
-		case "ValidatingAdmissionPolicy":
+	in := brokenInstall{renderedInstall: renderInstall("../../config/default")}
+	for _, obj := range in.objs {
+		if obj.GetKind() == "ValidatingAdmissionPolicy" {
 			policy := &admissionv1.ValidatingAdmissionPolicy{}
 			Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, policy)).To(Succeed())
 			in.policies = append(in.policies, policy)
@@ -103,12 +129,7 @@ func installBroken(ctx SpecContext) brokenInstall {
 		applyObject(ctx, obj)
 	}
 	Expect(in.policies).NotTo(BeEmpty())
-	in.namespace, in.account = daemonSet.Namespace, daemonSet.Spec.Template.Spec.ServiceAccountName
-	for _, env := range daemonSet.Spec.Template.Spec.Containers[0].Env {
-		if env.Name == "STARTUP_TAINTS" {
-			in.startup = corev1.Taint{Key: env.Value, Effect: corev1.TaintEffectNoExecute}
-		}
-	}
+	in.startup = corev1.Taint{Key: in.env["STARTUP_TAINTS"], Effect: corev1.TaintEffectNoExecute}
 	Expect(in.startup.Key).NotTo(BeEmpty())
 	return in
 }
@@ -118,7 +139,7 @@ func installBroken(ctx SpecContext) brokenInstall {
 // answer is the broken install's; it returns the process and its health address.
 func (in brokenInstall) startAgent(ctx SpecContext, node string, driver *fakecsi.Driver) (*gexec.Session, string) {
 	GinkgoHelper()
-	agent := kubeconfigAs(in.namespace, in.account, node)
+	agent := in.kubeconfig(node)
 	restAs, err := clientcmd.BuildConfigFromFlags("", agent)
 	Expect(err).NotTo(HaveOccurred())
 	asAgent, err := client.New(restAs, client.Options{Scheme: k8sClient.Scheme()})

@@ -8,55 +8,22 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gbytes"
 	"github.com/onsi/gomega/gexec"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
-	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
-// defaultInstall is config/default as the pinned kustomize renders it: its objects, and the
-// startup taints and service account of its DaemonSet.
-type defaultInstall struct {
-	objs               []*unstructured.Unstructured
-	namespace, account string
-	taints             string
-}
-
-func renderDefault() defaultInstall {
+// runDefault starts the binary as config/default's agent on node, with its defaults (confinement
+// required).
+func runDefault(in renderedInstall, node, csi, health string) *gexec.Session {
 	GinkgoHelper()
-	objs, err := objects.FromKustomization("../../config/default")
-	Expect(err).NotTo(HaveOccurred())
-	in := defaultInstall{objs: objs}
-	for _, obj := range objs {
-		if obj.GetKind() != "DaemonSet" {
-			continue
-		}
-		var ds appsv1.DaemonSet
-		Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ds)).To(Succeed())
-		in.namespace, in.account = ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName
-		for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "STARTUP_TAINTS" {
-				in.taints = e.Value
-			}
-		}
-	}
-	Expect(in.taints).NotTo(BeEmpty())
-	return in
-}
-
-// run starts the binary as the install's agent on node, with its defaults (confinement required).
-func (in defaultInstall) run(node, csi, health string) *gexec.Session {
-	GinkgoHelper()
-	return runBinary("--kubeconfig="+kubeconfigAs(in.namespace, in.account, node), "--node-name="+node, "--csi-address="+csi,
-		"--taint="+in.taints, "--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
+	return runBinary("--kubeconfig="+in.kubeconfig(node), "--node-name="+node, "--csi-address="+csi,
+		"--taint="+in.env["STARTUP_TAINTS"], "--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
 }
 
 var _ = Describe("config/default on this minor of Kubernetes", func() {
@@ -64,15 +31,15 @@ var _ = Describe("config/default on this minor of Kubernetes", func() {
 		return
 	}
 	It("applies, and its agent removes its own taint, confined", Label(expectations.EveryMinor), func(ctx SpecContext) {
-		in := renderDefault()
+		in := renderInstall("../../config/default")
 		for _, obj := range in.objs {
 			applyObject(ctx, obj)
 		}
 		const node = "e2e-minor-default"
-		taint := corev1.Taint{Key: in.taints, Effect: corev1.TaintEffectNoExecute}
+		taint := corev1.Taint{Key: in.env["STARTUP_TAINTS"], Effect: corev1.TaintEffectNoExecute}
 		driver := setupNode(ctx, node, taint)
 		health := freeAddr()
-		session := in.run(node, driver.Path(), health)
+		session := runDefault(in, node, driver.Path(), health)
 		Eventually(hasTaint(ctx, k8sClient, node, taint.Key)).Should(BeFalse())
 		Eventually(readiness(health)).Should(Equal(http.StatusOK))
 		Eventually(session.Err).Should(gbytes.Say("the admission policy confines this agent"))
@@ -84,7 +51,7 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 		return
 	}
 	It("leaves an agent that removes nothing and says why, not one that nothing judges", Label(expectations.BelowMinimum), func(ctx SpecContext) {
-		in := renderDefault()
+		in := renderInstall("../../config/default")
 		By("kubectl apply -k: the API server refuses the policy, and everything else is applied")
 		refused := 0
 		for _, obj := range in.objs {
@@ -100,10 +67,10 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 		Expect(refused).To(Equal(1))
 
 		const node = "e2e-below-minimum"
-		taint := corev1.Taint{Key: in.taints, Effect: corev1.TaintEffectNoExecute}
+		taint := corev1.Taint{Key: in.env["STARTUP_TAINTS"], Effect: corev1.TaintEffectNoExecute}
 		driver := setupNode(ctx, node, taint)
 		health := freeAddr()
-		session := in.run(node, driver.Path(), health)
+		session := runDefault(in, node, driver.Path(), health)
 
 		By("one Error log line, a Warning event on its Node, /readyz failing, and the taint held")
 		Eventually(session.Err).Should(gbytes.Say(`"level":"error".*no admission policy judges this agent, and confinement is required`))
