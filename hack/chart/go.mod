@@ -2,7 +2,10 @@ module github.com/startup-taint-remover/startup-taint-remover/hack/chart
 
 go 1.26.0
 
-require helm.sh/helm/v4 v4.3.1
+require (
+	helm.sh/helm/v4 v4.3.1
+	k8s.io/apimachinery v0.37.1
+)
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
@@ -108,7 +111,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.37.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.1 // indirect
-	k8s.io/apimachinery v0.37.1 // indirect
 	k8s.io/apiserver v0.37.1 // indirect
 	k8s.io/cli-runtime v0.37.1 // indirect
 	k8s.io/client-go v0.37.1 // indirect
