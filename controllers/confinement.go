@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -302,12 +301,6 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 	return "", nil, fmt.Errorf("dry-run labelling of node %s: %w", c.NodeName, err)
 }
 
-// refusedByPolicy tells the shipped policy's refusal from RBAC's or another policy's.
-func refusedByPolicy(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "ValidatingAdmissionPolicy") && strings.Contains(msg, PolicyMessagePrefix)
-}
-
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
 	metrics.Confined.Set(boolToFloat(outcome == Confined))
@@ -395,29 +388,4 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 	// A policy's refusal quotes its CEL expression over several lines; one line reads better.
 	quoted := elide(strings.Join(strings.Fields(refusal.Error()), " "), maxNote-len(format)-len(advice))
 	c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
-}
-
-// policyName finds the policy in the API server's words for a refusal by a
-// ValidatingAdmissionPolicy.
-var policyName = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']+)'`)
-
-// refusalAdvice says what to check for a refused removal: the policy that refused it and the
-// agent's setting it must agree with, or the agent's RBAC.
-func refusalAdvice(refusal error) string {
-	msg := refusal.Error()
-	m := policyName.FindStringSubmatch(msg)
-	if m == nil {
-		return "the agent's RBAC: its ClusterRole must grant patch on nodes, bound to its pod's service account."
-	}
-	setting := "--taint (with --config, each group's taints): its taintList must list every taint the agent removes"
-	switch {
-	case strings.Contains(msg, "cannot work with the settings"):
-		setting = "its settings, which the refusal quotes: each must be valid and the agent's own (--taint, --retaint-after, --condition-type)"
-	case strings.Contains(msg, "retaint"):
-		setting = "--retaint-after: its retaintAfter must be the same duration"
-	case strings.Contains(msg, "ondition"):
-		setting = "--condition-type: its conditionType must name the same condition"
-	}
-	return fmt.Sprintf("the admission policy %s and %s; the install renders both from params.yaml "+
-		"(with kustomize v5.4.2 or later) or from the chart's values.", m[1], setting)
 }

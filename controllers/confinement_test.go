@@ -3,13 +3,17 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
@@ -30,7 +35,7 @@ var nodesResource = schema.GroupResource{Resource: "nodes"}
 // policyDenial is how the API server words a refusal by the shipped policy.
 var policyDenial = apierrors.NewForbidden(nodesResource, "n1", errors.New(
 	"ValidatingAdmissionPolicy 'startup-taint-remover-own-node-only' with binding 'startup-taint-remover-own-node-only' denied request: "+
-		"the startup-taint-remover may not change a Node's metadata (changed: labels)"))
+		"the startup-taint-remover may not change a Node's metadata (changed: labels) [metadata]"))
 
 // patchAnswering is a fake client whose Patch answers err (nil: the fake applies it) and records
 // the options of each patch.
@@ -375,31 +380,88 @@ func TestCheckRemovalClassifiesTheAnswer(t *testing.T) {
 	}
 }
 
-func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
-	tests := []struct {
-		name   string
-		denial string
-		want   []string
-	}{
-		{"retaint-after", removalDenial.Error(), []string{"startup-taint-remover-own-node-only", "--retaint-after"}},
-		{"taints", "ValidatingAdmissionPolicy 'p' with binding 'b' denied request: the startup-taint-remover may only remove its startup taints (a:NoExecute)",
-			[]string{"admission policy p ", "--taint"}},
-		{"condition", `ValidatingAdmissionPolicy 'p' with binding 'b' denied request: composited variable "ownConditions" fails`,
-			[]string{"admission policy p ", "--condition-type"}},
-		{"settings", "ValidatingAdmissionPolicy 'p' with binding 'b' denied request: the startup-taint-remover cannot work with the settings " +
-			"this policy was rendered with (taints 'TAINTS', retaint-after 'RETAINTAFTER', condition types 'CONDITIONTYPE'): render the install again",
-			[]string{"admission policy p ", "its settings, which the refusal quotes"}},
-		{"RBAC", `nodes "n1" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "nodes"`, []string{"RBAC", "ClusterRole"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := refusalAdvice(errors.New(tt.denial))
-			for _, want := range tt.want {
-				if !strings.Contains(got, want) {
-					t.Errorf("refusalAdvice() = %q, want it to name %q", got, want)
-				}
+// policyRefusals reads the shipped policies' messages (message or messageExpression, as written)
+// and returns, for each rule's tag, the refusal the API server would word from it.
+func policyRefusals(t *testing.T) map[string]error {
+	t.Helper()
+	out := map[string]error{}
+	for _, file := range []string{"../config/policy/policy.yaml", "../config/policy/events.yaml"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var policy admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := yaml.Unmarshal(raw, &policy); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for i, v := range policy.Spec.Validations {
+			message := v.Message + v.MessageExpression
+			tags := refusalTag.FindAllStringSubmatch(message, -1)
+			if len(tags) == 0 {
+				t.Errorf("%s: validation %d ends with no tag: %s", file, i, message)
+				continue
 			}
-		})
+			tag := tags[len(tags)-1][1]
+			if _, dup := out[tag]; dup {
+				t.Errorf("%s: tag %s on two rules", file, tag)
+			}
+			out[tag] = apierrors.NewForbidden(nodesResource, "n1", fmt.Errorf(
+				"ValidatingAdmissionPolicy 'startup-taint-remover-%s' with binding 'b' denied request: %s", policy.Name, message))
+		}
+	}
+	return out
+}
+
+func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
+	known := []string{RefusalSettings, RefusalUpdateOnly, RefusalConditionsOnly, RefusalStatusOff, RefusalNodeClaim, RefusalOwnNode,
+		RefusalTaints, RefusalSpec, RefusalMetadata, RefusalRemovedRecord, RefusalNode, RefusalStatus, RefusalCondition,
+		RefusalManagedEntries, RefusalManagedGained, RefusalManagedLost,
+		RefusalEventRegarding, RefusalEventReporter, RefusalEventMetadata, RefusalEventUpdate}
+	refusals := policyRefusals(t)
+	var tags []string
+	for tag, refusal := range refusals {
+		tags = append(tags, tag)
+		if got := RefusalTag(refusal); got != tag {
+			t.Errorf("RefusalTag() of the rule tagged %s = %q", tag, got)
+		}
+	}
+	slices.Sort(tags)
+	slices.Sort(known)
+	if !slices.Equal(tags, known) {
+		t.Errorf("the policies' tags are %v; the agent knows %v", tags, known)
+	}
+}
+
+func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
+	refusals := policyRefusals(t)
+	// What each rule of own-node-only, which judges the removal, sends an operator to check.
+	want := map[string]string{
+		RefusalSettings: "its settings, which the refusal quotes", RefusalTaints: "--taint", RefusalRemovedRecord: "--taint",
+		RefusalConditionsOnly: "--conditions-only", RefusalStatusOff: "--condition-type", RefusalStatus: "--condition-type",
+		RefusalCondition: "--condition-type", RefusalUpdateOnly: "token", RefusalNodeClaim: "token", RefusalOwnNode: "token",
+		RefusalSpec: "mutating admission", RefusalMetadata: "mutating admission", RefusalNode: "mutating admission",
+		RefusalManagedEntries: "mutating admission", RefusalManagedGained: "mutating admission", RefusalManagedLost: "mutating admission",
+	}
+	for tag, refusal := range refusals {
+		if strings.HasPrefix(tag, "event-") {
+			continue // events are no removal
+		}
+		got := refusalAdvice(refusal)
+		for _, w := range []string{"startup-taint-remover-own-node-only", want[tag]} {
+			if w == "" || !strings.Contains(got, w) {
+				t.Errorf("%s: refusalAdvice() = %q, want it to name %q", tag, got, w)
+			}
+		}
+	}
+	for name, tt := range map[string]struct{ denial, want string }{
+		"a variable that fails":  {removalDenial.Error(), "--retaint-after"},
+		"a condition variable":   {`ValidatingAdmissionPolicy 'p' with binding 'b' denied request: composited variable "ownConditions" fails to evaluate`, "--condition-type"},
+		"RBAC":                   {`nodes "n1" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "nodes"`, "ClusterRole"},
+		"what another step adds": {policyDenial.Error(), "changed labels on the way"},
+	} {
+		if got := refusalAdvice(errors.New(tt.denial)); !strings.Contains(got, tt.want) {
+			t.Errorf("%s: refusalAdvice() = %q, want it to name %q", name, got, tt.want)
+		}
 	}
 }
 

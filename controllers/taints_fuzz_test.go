@@ -1,20 +1,23 @@
 package controllers
 
 import (
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // FuzzParseTaintSpec checks that the --taint parser never panics, accepts only valid keys and
-// effects, and that what it accepts prints back to an equal spec.
+// effects, and that what it accepts prints back to an equal spec. It starts from the corpus the
+// differential tests share (testdata/taint-specs.txt).
 func FuzzParseTaintSpec(f *testing.F) {
-	for _, seed := range []string{
-		"ebs.csi.aws.com/agent-not-ready", "example.com/x:NoExecute", "k:NoSchedule", "k:PreferNoSchedule",
-		"", ":", "a:b:c", "k=v:NoSchedule", "example.com/", "/x", "ä/b", strings.Repeat("a", 300), "k:noschedule",
-	} {
+	seeds, err := expectations.TaintSpecCorpus("testdata/taint-specs.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range seeds {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

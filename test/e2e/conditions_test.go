@@ -90,7 +90,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 			DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, o)).To(Succeed()) })
 		}
 		Eventually(func() error { return expectations.PatchNode(ctx, k8sClient, asAgent, node, remove) }).
-			Should(MatchError(ContainSubstring("runs in conditions-only mode: it may only write its own conditions (" + conditionType + ")")))
+			Should(MatchError(And(ContainSubstring("["+controllers.RefusalConditionsOnly+"]"), ContainSubstring("("+conditionType+")"))))
 		GinkgoWriter.Printf("refused by the policy: %v\n", expectations.PatchNode(ctx, k8sClient, asAgent, node, remove))
 		Expect(hasTaint(ctx, k8sClient, node, taint.Key)(Default)).To(BeTrue())
 	})

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,7 +31,7 @@ import (
 )
 
 // kubeconfigAs writes a kubeconfig that acts, through the admin's, as the pod of namespace/account
-// on node: the identity and node-name claim a pod-bound service-account token carries.
+// on node: the identity and claims a pod-bound service-account token carries.
 func kubeconfigAs(namespace, account, node string) string {
 	GinkgoHelper()
 	config, err := clientcmd.LoadFromFile(kubeconfig)
@@ -38,7 +39,7 @@ func kubeconfigAs(namespace, account, node string) string {
 	for _, auth := range config.AuthInfos {
 		auth.Impersonate = "system:serviceaccount:" + namespace + ":" + account
 		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
-		auth.ImpersonateUserExtra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		auth.ImpersonateUserExtra = expectations.PodTokenExtra(context.Background(), k8sClient, node)
 	}
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig-"+account)
 	Expect(clientcmd.WriteToFile(*config, path)).To(Succeed())

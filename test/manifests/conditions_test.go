@@ -3,6 +3,7 @@ package manifests
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -37,7 +38,7 @@ func allInstalls() []install {
 
 // msgConditionsOnly is the policy's refusal of any write but the agent's conditions in
 // conditions-only mode.
-const msgConditionsOnly = "runs in conditions-only mode: it may only write its own conditions"
+var msgConditionsOnly = tagged(controllers.RefusalConditionsOnly)
 
 var _ = Describe("conditions-only installs", func() {
 	for i, in := range conditionsOnlyInstalls {
@@ -94,11 +95,20 @@ var _ = Describe("conditions-only installs", func() {
 						Expect(rule.Verbs).To(ConsistOf("get", "list", "watch"))
 					case slices.Contains(rule.Resources, "nodes/status"):
 						Expect(rule.Verbs).To(ConsistOf("patch"))
+					case slices.Contains(rule.Resources, "startuptaints"):
+						Expect(rule.Verbs).To(ConsistOf("report"), "the grant of a conditions-only agent, which no remover holds")
 					}
 				}
 				policies := only[admissionv1.ValidatingAdmissionPolicy](objs, "ValidatingAdmissionPolicy")
 				Expect(policies).To(ContainElement(HaveField("Spec.Variables", ContainElement(And(
 					HaveField("Name", "conditionsOnly"), HaveField("Expression", "true"))))))
+				for _, p := range policies {
+					for _, m := range p.Spec.MatchConditions {
+						if strings.Contains(m.Expression, "authorizer") {
+							Expect(m.Expression).To(And(ContainSubstring("check('report')"), Not(ContainSubstring("check('remove')"))), p.Name)
+						}
+					}
+				}
 			})
 
 			It("lets the agent write its own condition, and refuses it every spec and metadata change with the policy's message", func(ctx SpecContext) {

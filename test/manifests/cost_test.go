@@ -163,7 +163,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 			n.ManagedFields[len(n.ManagedFields)/2].FieldsV1 = metav1.NewFieldsV1(`{"f:spec":{"f:unschedulable":{}}}`)
 		})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
-		Expect(err.Error()).To(ContainSubstring(msgOwnership))
+		Expect(err.Error()).To(ContainSubstring(msgGained))
 	})
 })
 

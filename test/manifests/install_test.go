@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -320,30 +321,40 @@ func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, con
 func (a agent) config(node string) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: a.user, Groups: a.groups,
-		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node}}}
+		Extra: expectations.PodTokenExtra(context.Background(), k8sClient, node)}
 	return c
 }
 
-// The messages the shipped policy refuses with, and RBAC's.
-const (
-	msgOtherNode     = "may only change its own Node"
-	msgTaintsOnly    = "may only remove its startup taints"
-	msgMetadata      = "may not change a Node's metadata"
-	msgSpec          = "may not change a Node's spec"
-	msgOwnership     = "may not add to anyone's ownership of fields"
-	msgNoNodeClaim   = "carries no node name"
-	msgEvents        = "may only record events about its own Node"
-	msgRemovedRecord = "may only append to the annotation"
-	msgStatusOff     = "may not write a Node's status"
-	msgRBAC          = "cannot"
+// tagged is how a refusal by the shipped policies' rule tag ends (controllers.RefusalTag reads
+// it); the tests assert the tag, never the prose.
+func tagged(tag string) string { return "[" + tag + "]" }
+
+// The refusals the table expects: the shipped policies' tags, and RBAC's words.
+var (
+	msgOtherNode     = tagged(controllers.RefusalOwnNode)
+	msgTaintsOnly    = tagged(controllers.RefusalTaints)
+	msgMetadata      = tagged(controllers.RefusalMetadata)
+	msgSpec          = tagged(controllers.RefusalSpec)
+	msgEntries       = tagged(controllers.RefusalManagedEntries)
+	msgGained        = tagged(controllers.RefusalManagedGained)
+	msgLost          = tagged(controllers.RefusalManagedLost)
+	msgNoNodeClaim   = tagged(controllers.RefusalNodeClaim)
+	msgEvents        = tagged(controllers.RefusalEventRegarding)
+	msgEventReporter = tagged(controllers.RefusalEventReporter)
+	msgEventMetadata = tagged(controllers.RefusalEventMetadata)
+	msgEventUpdate   = tagged(controllers.RefusalEventUpdate)
+	msgRemovedRecord = tagged(controllers.RefusalRemovedRecord)
+	msgCondition     = tagged(controllers.RefusalCondition)
 )
+
+const msgRBAC = "cannot"
 
 // msgStatus is the policy's refusal of a status write that is not the agent's own condition.
 func (a agent) msgStatus() string {
 	if a.conditionType == "" {
-		return msgStatusOff
+		return tagged(controllers.RefusalStatusOff)
 	}
-	return "may only write its own condition (" + a.conditionType + ") in a Node's status"
+	return tagged(controllers.RefusalStatus)
 }
 
 var _ = Describe("every README install", func() {
@@ -612,7 +623,7 @@ var _ = Describe("the rendered installs", func() {
 							FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
 						})
 					})
-				}, msgOwnership},
+				}, msgEntries},
 				{"forging another manager's Update entry (managedFields), which locks others' applies", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
@@ -620,7 +631,35 @@ var _ = Describe("the rendered installs", func() {
 							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:applied":{}}},"f:spec":{"f:unschedulable":{}}}`),
 						})
 					})
-				}, msgOwnership},
+				}, msgEntries},
+				{"forging an Apply entry of its own manager that owns the taints without a change (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
+							FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:taints":{}}}`),
+						})
+					})
+				}, msgEntries},
+				{"adding 2,000 entries of its own manager (managedFields), 780 KB of Node", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						for i := range 2000 {
+							n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+								Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+								Subresource: fmt.Sprintf("s%d", i), FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:taints":{}}}`),
+							})
+						}
+					})
+				}, msgEntries},
+				{"rewriting another manager's time (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						for i := range n.ManagedFields {
+							if n.ManagedFields[i].Manager != controllers.FieldManager {
+								n.ManagedFields[i].Time = &metav1.Time{Time: time.Unix(0, 0)}
+							}
+						}
+					})
+				}, msgEntries},
 				{"adding fields to an existing manager's entry (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
@@ -629,16 +668,25 @@ var _ = Describe("the rendered installs", func() {
 								`"f:metadata":{`, `"f:metadata":{"f:finalizers":{},`, 1))
 						}
 					})
-				}, msgOwnership},
+				}, msgGained},
 				{"giving its own entry fields it never writes (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
 						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
+							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
 							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
 						})
 					})
-				}, msgOwnership},
+				}, msgGained},
+				{"giving its own entry a leaf of the spec (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
+							FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:unschedulable":{}}}`),
+						})
+					})
+				}, msgGained},
 				{"removing another manager's ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
@@ -646,7 +694,15 @@ var _ = Describe("the rendered installs", func() {
 							n.ManagedFields[i].FieldsV1 = metav1.NewFieldsV1(strings.Replace(n.ManagedFields[i].FieldsV1.GetRawString(), `"f:zone":{}`, `"f:zone2":{}`, 1))
 						}
 					})
-				}, msgOwnership},
+				}, msgGained},
+				{"taking away another manager's ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
+					return patchNode(ctx, c, own, func(n *corev1.Node) {
+						removeStartup(n)
+						for i := range n.ManagedFields {
+							n.ManagedFields[i].FieldsV1 = withoutField(n.ManagedFields[i].FieldsV1, "f:metadata", "f:labels", "f:zone")
+						}
+					})
+				}, msgLost},
 				{"cordoning the node", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Spec.Unschedulable = true })
 				}, msgSpec},
@@ -696,6 +752,43 @@ var _ = Describe("the rendered installs", func() {
 				{"recording an event in another namespace", func(ctx context.Context, c client.Client, own string) error {
 					return c.Create(ctx, nodeEvent(own, "kube-public", corev1.ObjectReference{Kind: "Pod", Namespace: "kube-public", Name: "victim"}), client.DryRunAll)
 				}, msgEvents},
+				{"recording an event about its Node that names another Node's UID", func(ctx context.Context, c client.Client, own string) error {
+					ref := nodeRef(own)
+					ref.UID = "6f1d9c3e-0000-4000-8000-000000000001"
+					return c.Create(ctx, nodeEvent(own, metav1.NamespaceDefault, ref), client.DryRunAll)
+				}, msgEvents},
+				{"recording a NodeNotReady warning as another node's agent", func(ctx context.Context, c client.Client, own string) error {
+					event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
+					event.ReportingInstance, event.Type, event.Reason = controllers.EventSource+"-"+own+"-other", corev1.EventTypeWarning, "NodeNotReady"
+					return c.Create(ctx, event, client.DryRunAll)
+				}, msgEventReporter},
+				{"recording an event with a 250 KiB annotation", func(ctx context.Context, c client.Client, own string) error {
+					event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
+					event.Annotations = map[string]string{"example.com/blob": strings.Repeat("x", 250<<10)}
+					return c.Create(ctx, event, client.DryRunAll)
+				}, msgEventMetadata},
+				{"recording an event with a finalizer", func(ctx context.Context, c client.Client, own string) error {
+					event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
+					event.Finalizers = []string{"example.com/hold"}
+					return c.Create(ctx, event, client.DryRunAll)
+				}, msgEventMetadata},
+				{"counting 999999 repeats of another install's event about its Node, and labelling it", func(ctx context.Context, c client.Client, own string) error {
+					event := recordedEvent(ctx, own, controllers.EventSource+"-another-install-pod")
+					return patchEvent(ctx, c, event, func(e *eventsv1.Event) {
+						e.Labels = map[string]string{"example.com/owner": "me"}
+						e.Series = &eventsv1.EventSeries{Count: 999999, LastObservedTime: metav1.NowMicro()}
+					})
+				}, msgEventUpdate},
+				{"counting 999999 repeats of its own event", func(ctx context.Context, c client.Client, own string) error {
+					event := recordedEvent(ctx, own, controllers.EventSource+"-"+own)
+					return patchEvent(ctx, c, event, func(e *eventsv1.Event) {
+						e.Series = &eventsv1.EventSeries{Count: 999999, LastObservedTime: metav1.NowMicro()}
+					})
+				}, msgEventUpdate},
+				{"labelling its own event", func(ctx context.Context, c client.Client, own string) error {
+					event := recordedEvent(ctx, own, controllers.EventSource+"-"+own)
+					return patchEvent(ctx, c, event, func(e *eventsv1.Event) { e.Labels = map[string]string{"example.com/owner": "me"} })
+				}, msgEventMetadata},
 			}
 
 			// The first minor of Kubernetes 1.x that has the field a request writes: an older API
@@ -716,6 +809,111 @@ var _ = Describe("the rendered installs", func() {
 					Expect(req.do(ctx, k8sClient, own)).To(Succeed())
 				})
 			}
+
+			It("names, in each refusal of a metadata, spec or status change, what the request changed", func(ctx SpecContext) {
+				for what, tt := range map[string]struct {
+					change func(*corev1.Node)
+					want   string
+				}{
+					"deleting every label": {func(n *corev1.Node) { n.Labels = nil }, "(changed: labels) " + msgMetadata},
+					"adding an annotation": {func(n *corev1.Node) { removeStartup(n); n.Annotations["extra"] = "x" }, "(changed: annotations extra) " + msgMetadata},
+					"deleting an annotation and adding a finalizer": {func(n *corev1.Node) {
+						delete(n.Annotations, "note")
+						n.Finalizers = []string{"example.com/hold"}
+					}, "(changed: finalizers, annotations note) " + msgMetadata},
+					"cordoning": {func(n *corev1.Node) { n.Spec.Unschedulable = true }, "(changed: unschedulable) " + msgSpec},
+				} {
+					own := newNode(ctx)
+					err := patchNode(ctx, asAgent(own), own, tt.change)
+					Expect(err).To(MatchError(ContainSubstring(tt.want)), what)
+				}
+
+				By("removing the last finalizer of a Node being deleted")
+				own := newNode(ctx)
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Finalizers = []string{"example.com/hold"} })).To(Succeed())
+				Expect(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: own}})).To(Succeed())
+				DeferCleanup(func(ctx SpecContext) {
+					Expect(client.IgnoreNotFound(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Finalizers = nil }))).To(Succeed())
+				})
+				err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) { n.Finalizers = nil })
+				Expect(err).To(MatchError(ContainSubstring("(changed: finalizers) " + msgMetadata)))
+			})
+
+			// Every optional field the policies read, absent or empty as another writer may leave it:
+			// the agent's own removal, and its condition, are admitted all the same.
+			It("admits the agent's own writes whatever optional field the policy reads is absent or empty", func(ctx SpecContext) {
+				entry := func(manager, subresource string, at *metav1.Time) metav1.ManagedFieldsEntry {
+					return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+						Subresource: subresource, Time: at, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`)}
+				}
+				withEntry := func(e metav1.ManagedFieldsEntry) func(*corev1.Node) {
+					return func(n *corev1.Node) { n.ManagedFields = append(n.ManagedFields, e) }
+				}
+				hasEntry := func(match func(metav1.ManagedFieldsEntry) bool) func(*corev1.Node) bool {
+					return func(n *corev1.Node) bool { return slices.ContainsFunc(n.ManagedFields, match) }
+				}
+				bare := condition(a.ownCondition(), corev1.ConditionTrue)
+				bare.Reason, bare.Message, bare.LastHeartbeatTime, bare.LastTransitionTime = "", "", metav1.Time{}, metav1.Time{}
+				kubelets := condition(string(corev1.NodeReady), corev1.ConditionTrue)
+				kubelets.Reason, kubelets.Message, kubelets.LastHeartbeatTime = "", "", metav1.Time{}
+				for what, tt := range map[string]struct {
+					meta, status func(*corev1.Node)
+					stored       func(*corev1.Node) bool
+				}{
+					"no annotations": {meta: func(n *corev1.Node) { n.Annotations = nil },
+						stored: func(n *corev1.Node) bool { return n.Annotations == nil }},
+					"an empty removed record": {meta: func(n *corev1.Node) { n.Annotations[controllers.RemovedAnnotation] = "" },
+						stored: func(n *corev1.Node) bool { v, ok := n.Annotations[controllers.RemovedAnnotation]; return ok && v == "" }},
+					"no labels": {meta: func(n *corev1.Node) { n.Labels = nil }, stored: func(n *corev1.Node) bool { return n.Labels == nil }},
+					"a managedFields entry without a manager": {meta: withEntry(entry("", "", &metav1.Time{Time: time.Now()})),
+						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "" })},
+					"a managedFields entry without a time": {meta: withEntry(entry("other", "", nil)),
+						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "other" && e.Time == nil })},
+					"a managedFields entry of its own manager without a time": {meta: withEntry(entry(controllers.FieldManager, "", nil)),
+						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == controllers.FieldManager && e.Time == nil })},
+					"a managedFields entry of the status subresource without a manager": {meta: withEntry(entry("", "status", nil)),
+						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "" && e.Subresource == "status" })},
+					"no managedFields": {meta: func(n *corev1.Node) { n.ManagedFields = []metav1.ManagedFieldsEntry{{}} },
+						stored: func(n *corev1.Node) bool { return len(n.ManagedFields) == 0 }},
+					"a taint with a time and no value": {meta: func(n *corev1.Node) {
+						n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/timed", Effect: corev1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: time.Now()}})
+					}, stored: func(n *corev1.Node) bool {
+						return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.TimeAdded != nil && t.Value == "" })
+					}},
+					"a condition of kubelet's without reason, message or heartbeat": {status: func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{kubelets} },
+						stored: func(n *corev1.Node) bool { return len(n.Status.Conditions) == 1 && n.Status.Conditions[0].Reason == "" }},
+					"its own condition without reason, message or times": {status: func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{bare} },
+						stored: func(n *corev1.Node) bool {
+							return len(n.Status.Conditions) == 1 && n.Status.Conditions[0].LastTransitionTime.IsZero() && n.Status.Conditions[0].Message == ""
+						}},
+				} {
+					own := newNode(ctx)
+					if tt.meta != nil {
+						Expect(patchNode(ctx, k8sClient, own, tt.meta)).To(Succeed(), what)
+					}
+					if tt.status != nil {
+						Expect(writeStatus(ctx, k8sClient, own, tt.status)).To(Succeed(), what)
+					}
+					node := &corev1.Node{}
+					Expect(k8sClient.Get(ctx, client.ObjectKey{Name: own}, node)).To(Succeed())
+					Expect(tt.stored(node)).To(BeTrue(), "the API server stores %s", what)
+
+					Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+						removeStartup(n)
+						if n.Annotations == nil {
+							n.Annotations = map[string]string{}
+						}
+						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
+					})).To(Succeed(), "the agent's removal, with %s", what)
+					if a.conditionType != "" {
+						Expect(writeStatus(ctx, asAgent(own), own, func(n *corev1.Node) {
+							n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+								return string(c.Type) == a.ownCondition()
+							}), condition(a.ownCondition(), corev1.ConditionFalse))
+						})).To(Succeed(), "the agent's condition, with %s", what)
+					}
+				}
+			})
 
 			It("honours the effect of a startup taint configured as KEY:EFFECT", func(ctx SpecContext) {
 				for _, spec := range a.taints {
@@ -743,10 +941,10 @@ var _ = Describe("the rendered installs", func() {
 				if a.retaintAfter == "" {
 					err := patchNode(ctx, asAgent(own), own, add(back))
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
-					Expect(err.Error()).To(ContainSubstring(msgTaintsOnly + " (" + a.taintList + "); it may not add"))
+					Expect(err.Error()).To(And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+")"), Not(ContainSubstring("back"))))
 					return
 				}
-				msg := msgTaintsOnly + " (" + a.taintList + ") and put " + strings.Join(a.retaints(), ", ") + " back"
+				msg := And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+") and put "+strings.Join(a.retaints(), ", ")+" back"))
 				for what, t := range map[string]corev1.Taint{
 					"another effect": {Key: back.Key, Effect: corev1.TaintEffectPreferNoSchedule},
 					"NoExecute":      {Key: back.Key, Effect: corev1.TaintEffectNoExecute},
@@ -755,7 +953,7 @@ var _ = Describe("the rendered installs", func() {
 				} {
 					err := patchNode(ctx, asAgent(own), own, add(t))
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
-					Expect(err.Error()).To(ContainSubstring(msg), what)
+					Expect(err.Error()).To(msg, what)
 				}
 				err := patchNode(ctx, asAgent(own), newNode(ctx), func(n *corev1.Node) { removeStartup(n); add(back)(n) })
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
@@ -782,44 +980,67 @@ var _ = Describe("the rendered installs", func() {
 				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.Conditions = kubeletConditions })).
 					To(Succeed())
 				ours := a.ownCondition()
-				refused := map[string]func(*corev1.Node){
-					"another condition type": func(n *corev1.Node) {
-						n.Status.Conditions = append(n.Status.Conditions, condition("example.com/Other", corev1.ConditionTrue))
-					},
-					"kubelet's condition": func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse },
-					"removing kubelet's condition": func(n *corev1.Node) {
-						n.Status.Conditions = []corev1.NodeCondition{condition(ours, corev1.ConditionTrue)}
-					},
-					// The node lifecycle controller drops network-unavailable once NetworkUnavailable is gone.
-					"kubelet's NetworkUnavailable and DiskPressure, each replaced by a copy of MemoryPressure": func(n *corev1.Node) {
-						n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], n.Status.Conditions[1], n.Status.Conditions[1], n.Status.Conditions[1]}
-					},
-					"kubelet's conditions, reordered": func(n *corev1.Node) { slices.Reverse(n.Status.Conditions) },
-					"its condition twice": func(n *corev1.Node) {
-						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue), condition(ours, corev1.ConditionFalse))
-					},
-					"its condition with a message of 1025 characters": func(n *corev1.Node) {
+				withOurs := func(change func(*corev1.NodeCondition)) func(*corev1.Node) {
+					return func(n *corev1.Node) {
 						c := condition(ours, corev1.ConditionTrue)
-						c.Message = strings.Repeat("m", 1025)
+						change(&c)
 						n.Status.Conditions = append(n.Status.Conditions, c)
-					},
-					"another status field": func(n *corev1.Node) {
-						n.Status.Capacity = corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}
-					},
-					"its condition and another status field": func(n *corev1.Node) {
-						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
-						n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.9"}}
-					},
-				}
-				if a.conditionType == "" {
-					refused["a condition, with none configured"] = func(n *corev1.Node) {
-						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
 					}
 				}
-				for what, change := range refused {
-					err := writeStatus(ctx, asAgent(own), own, change)
+				statusRefusal, conditionRefusal := a.msgStatus(), msgCondition
+				if a.conditionType == "" {
+					conditionRefusal = statusRefusal // no condition of its own, so no write of one gets that far
+				}
+				refused := map[string]struct {
+					change func(*corev1.Node)
+					tag    string
+				}{
+					"another condition type": {func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition("example.com/Other", corev1.ConditionTrue))
+					}, statusRefusal},
+					"kubelet's condition": {func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, statusRefusal},
+					"removing kubelet's condition": {func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{condition(ours, corev1.ConditionTrue)}
+					}, statusRefusal},
+					// The node lifecycle controller drops network-unavailable once NetworkUnavailable is gone.
+					"kubelet's NetworkUnavailable and DiskPressure, each replaced by a copy of MemoryPressure": {func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{n.Status.Conditions[0], n.Status.Conditions[1], n.Status.Conditions[1], n.Status.Conditions[1]}
+					}, statusRefusal},
+					"kubelet's conditions, reordered": {func(n *corev1.Node) { slices.Reverse(n.Status.Conditions) }, statusRefusal},
+					"its condition twice": {func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue), condition(ours, corev1.ConditionFalse))
+					}, statusRefusal},
+					"another status field": {func(n *corev1.Node) {
+						n.Status.Capacity = corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}
+					}, statusRefusal},
+					"its condition and another status field": {func(n *corev1.Node) {
+						n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
+						n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.9"}}
+					}, statusRefusal},
+					"its condition with a message of 1025 characters": {withOurs(func(c *corev1.NodeCondition) { c.Message = strings.Repeat("m", 1025) }), conditionRefusal},
+					"its condition with a reason of 1025 characters":  {withOurs(func(c *corev1.NodeCondition) { c.Reason = strings.Repeat("R", 1025) }), conditionRefusal},
+					"its condition with the status Maybe":             {withOurs(func(c *corev1.NodeCondition) { c.Status = "Maybe" }), conditionRefusal},
+					// 1.5 MB of status made kubelet's own status updates too large for etcd.
+					"its condition with a status of 1.5 MB": {withOurs(func(c *corev1.NodeCondition) {
+						c.Status = corev1.ConditionStatus(strings.Repeat("T", 1571200))
+					}), conditionRefusal},
+					"its condition with a transition in the year 9999": {withOurs(func(c *corev1.NodeCondition) {
+						c.LastTransitionTime = metav1.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+					}), conditionRefusal},
+					"its condition with a heartbeat an hour ahead": {withOurs(func(c *corev1.NodeCondition) {
+						c.LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Hour))
+					}), conditionRefusal},
+				}
+				if a.conditionType == "" {
+					refused["a condition, with none configured"] = struct {
+						change func(*corev1.Node)
+						tag    string
+					}{withOurs(func(*corev1.NodeCondition) {}), statusRefusal}
+				}
+				for what, r := range refused {
+					err := writeStatus(ctx, asAgent(own), own, r.change)
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
-					Expect(err.Error()).To(ContainSubstring(a.msgStatus()), what)
+					Expect(err.Error()).To(ContainSubstring(r.tag), what)
 				}
 				if a.conditionType == "" {
 					return
@@ -828,7 +1049,7 @@ var _ = Describe("the rendered installs", func() {
 					n.Status.Conditions = append(n.Status.Conditions, condition(ours, corev1.ConditionTrue))
 				})
 				Expect(err).To(MatchError(ContainSubstring(msgOtherNode)), "on another node")
-				for _, status := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse} {
+				for _, status := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown} {
 					Expect(writeStatus(ctx, asAgent(own), own, func(n *corev1.Node) {
 						n.Status.Conditions = append(slices.Clone(kubeletConditions), condition(ours, status))
 					})).To(Succeed(), "its own condition, %s", status)
@@ -909,9 +1130,12 @@ var _ = Describe("the rendered installs", func() {
 				own := newNode(ctx)
 				event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
 				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(Succeed())
+				Expect(patchEvent(ctx, asAgent(own), recordedEvent(ctx, own, controllers.EventSource+"-"+own), func(e *eventsv1.Event) {
+					e.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: metav1.NowMicro()}
+				})).To(Succeed(), "counts a repeat of its own event")
 				event = nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
 				event.ReportingController = "kubelet"
-				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(MatchError(ContainSubstring("may only record events as the startup-taint-remover")))
+				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(MatchError(ContainSubstring(msgEventReporter)))
 			})
 
 			It("keeps judging the agent while it also holds another role that grants nodes patch (a driver chart's own)", func(ctx SpecContext) {
@@ -1068,6 +1292,64 @@ var _ = Describe("a render that left the placeholders as words, as kustomize bef
 			err := writeStatus(ctx, asAgent, node.Name, change)
 			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want a denial, got %v", what, err)
 			Expect(err.Error()).To(ContainSubstring(settings), what)
+		}
+	})
+})
+
+// A render whose settings Kubernetes or the agent would refuse (a kubelet condition as the agent's,
+// a taint key that is not a qualified name) gets a policy that refuses the agent's every request,
+// as the agent itself exits with status 2 on such flags.
+var _ = Describe("a render with settings the agent refuses", func() {
+	It("fails closed: the policy refuses the agent's removal and its condition, naming the settings", func(ctx SpecContext) {
+		objs := render("testdata/continuous-sidecar")
+		a := agentOf(objs)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad-settings"},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{startupTaint(a.taints[0])}}}
+		Expect(k8sClient.Create(ctx, node)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
+		var policy *admissionv1.ValidatingAdmissionPolicy
+		for _, p := range only[admissionv1.ValidatingAdmissionPolicy](objs, "ValidatingAdmissionPolicy") {
+			if strings.Contains(p.Name, "own-node-only") {
+				policy = p
+			}
+		}
+		Expect(policy).NotTo(BeNil())
+		for n, setting := range []struct{ variable, value string }{
+			{"conditionType", string(corev1.NodeReady)},
+			{"conditionType", string(corev1.NodeMemoryPressure)},
+			{"conditionType", string(corev1.NodeNetworkUnavailable)},
+			{"conditionType", a.ownCondition() + ",PIDPressure"},
+			{"taintList", "example.com/" + strings.Repeat("n", 64)},
+			{"taintList", "bad..prefix.example.com/agent-not-ready"},
+			{"taintList", a.taintList + "," + strings.Repeat("p", 254) + "/x"},
+		} {
+			bad := policy.DeepCopy()
+			bad.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("bad-settings-%d", n)}
+			for i, v := range bad.Spec.Variables {
+				if v.Name == setting.variable {
+					bad.Spec.Variables[i].Expression = "'" + setting.value + "'"
+				}
+			}
+			binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: bad.Name},
+				Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: bad.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}}}
+			Expect(k8sClient.Create(ctx, bad)).To(Succeed())
+			Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+			// Installed alone, as a render of its own would be: the agent's RBAC grant stands in.
+			bindRole(ctx, nodesRole(ctx, bad.Name), a.namespace, a.serviceAccount)
+			grant := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: bad.Name + "-grant"}, Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{"startup-taint-remover.github.io"}, Resources: []string{"startuptaints"},
+				ResourceNames: []string{a.taintList}, Verbs: []string{"remove"}}}}
+			Expect(k8sClient.Create(ctx, grant)).To(Succeed())
+			bindRole(ctx, grant.Name, a.namespace, a.serviceAccount)
+			settings := "'" + setting.value + "'"
+			Eventually(func() error {
+				return patchNode(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
+					n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+				})
+			}).Should(MatchError(And(ContainSubstring(tagged(controllers.RefusalSettings)), ContainSubstring(settings))), "%s %s", setting.variable, setting.value)
+			Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
+			Expect(k8sClient.Delete(ctx, bad)).To(Succeed())
+			Expect(k8sClient.Delete(ctx, grant)).To(Succeed())
 		}
 	})
 })
@@ -1241,11 +1523,48 @@ func nodeRef(name string) corev1.ObjectReference {
 	return corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name}
 }
 
-// nodeEvent is an event as the agent on node records it, in namespace, about regarding.
+// nodeEvent is an event as the agent on node records it, in namespace, about regarding: reported
+// by the instance client-go names after the host, here a host-network pod's.
 func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *eventsv1.Event {
 	return &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-", Namespace: namespace},
-		EventTime:  metav1.NowMicro(), ReportingController: controllers.EventSource, ReportingInstance: node,
+		EventTime:  metav1.NowMicro(), ReportingController: controllers.EventSource, ReportingInstance: controllers.EventSource + "-" + node,
 		Action: "RemoveTaint", Reason: controllers.ReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
 	}
+}
+
+// withoutField is the field tree fields less the field at path, where it has one.
+func withoutField(fields *metav1.FieldsV1, path ...string) *metav1.FieldsV1 {
+	GinkgoHelper()
+	tree := map[string]any{}
+	Expect(json.Unmarshal(fields.Raw, &tree)).To(Succeed())
+	at := tree
+	for _, p := range path[:len(path)-1] {
+		next, ok := at[p].(map[string]any)
+		if !ok {
+			return fields
+		}
+		at = next
+	}
+	delete(at, path[len(path)-1])
+	raw, err := json.Marshal(tree)
+	Expect(err).NotTo(HaveOccurred())
+	return &metav1.FieldsV1{Raw: raw}
+}
+
+// recordedEvent records, as an admin, an event about node reported by instance, as the agent's
+// recorder would, and returns it.
+func recordedEvent(ctx context.Context, node, instance string) *eventsv1.Event {
+	GinkgoHelper()
+	event := nodeEvent(node, metav1.NamespaceDefault, nodeRef(node))
+	event.ReportingInstance = instance
+	Expect(k8sClient.Create(ctx, event)).To(Succeed())
+	return event
+}
+
+// patchEvent changes event with one merge patch sent through c, as the recorder counts a repeat.
+func patchEvent(ctx context.Context, c client.Client, event *eventsv1.Event, change func(*eventsv1.Event)) error {
+	orig := event.DeepCopy()
+	change(event)
+	return c.Patch(ctx, event, client.MergeFrom(orig))
 }

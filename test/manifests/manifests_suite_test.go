@@ -90,14 +90,14 @@ func only[T any](objs []*unstructured.Unstructured, kind string) []*T {
 	return out
 }
 
-// impersonating returns a client acting as user, with the node-name claim a pod-bound
-// service-account token carries when node is not empty.
+// impersonating returns a client acting as user, with the claims a service-account token bound to
+// a pod on node carries when node is not empty.
 func impersonating(user string, groups []string, node string) client.Client {
 	GinkgoHelper()
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	if node != "" {
-		c.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		c.Impersonate.Extra = expectations.PodTokenExtra(context.Background(), k8sClient, node)
 	}
 	cl, err := client.New(c, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())

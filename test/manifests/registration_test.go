@@ -283,6 +283,25 @@ var _ = Describe("taint at registration", func() {
 							}
 						}
 					}},
+				}
+				// Keys a looser check let through, which the API server refuses with the whole Node.
+				for _, key := range []string{"example.com/" + strings.Repeat("n", 64), "bad..prefix.example.com/agent-not-ready",
+					strings.Repeat("p", 254) + "/agent-not-ready", "Example.com/agent-not-ready"} {
+					broken = append(broken, struct {
+						what, outcome string
+						breakIt       func(*admissionv1.MutatingAdmissionPolicy)
+					}{"the taint " + key + ", which Kubernetes refuses", "no_error", func(p *admissionv1.MutatingAdmissionPolicy) {
+						for i, v := range p.Spec.Variables {
+							if v.Name == "taintList" {
+								p.Spec.Variables[i].Expression = "'" + key + "'"
+							}
+						}
+					}})
+				}
+				broken = append(broken, []struct {
+					what, outcome string
+					breakIt       func(*admissionv1.MutatingAdmissionPolicy)
+				}{
 					{"a patch that does not apply", "invalid_error", func(p *admissionv1.MutatingAdmissionPolicy) {
 						p.Spec.Mutations[0].JSONPatch.Expression =
 							`[JSONPatch{op: "add", path: "/spec/taints/99", value: Object.spec.taints{key: "example.com/x", effect: "NoSchedule"}}]`
@@ -291,7 +310,7 @@ var _ = Describe("taint at registration", func() {
 						p.Spec.Mutations[0].JSONPatch.Expression =
 							`[JSONPatch{op: "add", path: "/spec/taints/-", value: Object.spec.taints{key: object.metadata.labels["missing"], effect: "NoSchedule"}}]`
 					}},
-				}
+				}...)
 				for n, b := range broken {
 					label := map[string]string{"example.com/broken": fmt.Sprint(n)}
 					p := mutated.DeepCopy()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -25,6 +26,10 @@ var sideBySide = []string{
 	"../../config/samples/ebs-sidecar",
 	"../../config/samples/efs-sidecar",
 	"../../config/samples/azuredisk-sidecar",
+	// The same taint, removed by one agent and reported on by the other (conditions-only): each is
+	// judged by its own policy only.
+	"../../config/samples/karpenter-readiness",
+	"../../config/samples/node-readiness-controller",
 }
 
 // kubectl runs kubectl (KUBECTL, as the Makefile names it, or the one on PATH) as an admin.
@@ -44,11 +49,14 @@ var _ = Describe("every recipe installed side by side with kubectl apply -k", Or
 	agents := map[string]agent{}
 	// policies names each recipe's own-node-only policy.
 	policies := map[string]string{}
+	// conditionsOnly marks the recipes whose agent only reports conditions.
+	conditionsOnly := map[string]bool{}
 
 	BeforeAll(func(ctx SpecContext) {
 		for _, dir := range sideBySide {
 			objs := render(dir)
 			agents[dir] = agentOf(objs)
+			conditionsOnly[dir] = slices.Contains(agentArgs(objs), "--conditions-only")
 			for _, obj := range objs {
 				if obj.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(obj.GetName(), "own-node-only") {
 					policies[dir] = obj.GetName()
@@ -80,10 +88,19 @@ var _ = Describe("every recipe installed side by side with kubectl apply -k", Or
 		GinkgoHelper()
 		a := agents[dir]
 		By(dir)
-		for _, can := range []authorizationv1.ResourceAttributes{
+		grants := []authorizationv1.ResourceAttributes{
 			{Verb: "patch", Resource: "nodes"},
 			{Verb: "remove", Group: "startup-taint-remover.github.io", Resource: "startuptaints", Name: a.taintList},
-		} {
+		}
+		refusal := msgMetadata
+		if conditionsOnly[dir] {
+			grants = []authorizationv1.ResourceAttributes{
+				{Verb: "patch", Resource: "nodes", Subresource: "status"},
+				{Verb: "report", Group: "startup-taint-remover.github.io", Resource: "startuptaints", Name: a.taintList},
+			}
+			refusal = a.msgStatus()
+		}
+		for _, can := range grants {
 			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: a.user, Groups: a.groups, ResourceAttributes: &can}}
 			Expect(k8sClient.Create(ctx, review)).To(Succeed())
@@ -100,16 +117,24 @@ var _ = Describe("every recipe installed side by side with kubectl apply -k", Or
 		attempt := 0
 		Eventually(func() error {
 			attempt++
+			if conditionsOnly[dir] { // it may write only its Node's status
+				return writeStatus(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
+					n.Status.Conditions = append(n.Status.Conditions, condition(fmt.Sprintf("example.com/Attempt%d", attempt), corev1.ConditionTrue))
+				})
+			}
 			return patchNode(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
 				n.Labels = map[string]string{"attempt": fmt.Sprint(attempt)}
 			})
-		}).Should(MatchError(And(ContainSubstring("ValidatingAdmissionPolicy '"+policies[dir]+"'"), ContainSubstring(msgMetadata))),
+		}).Should(MatchError(And(ContainSubstring("ValidatingAdmissionPolicy '"+policies[dir]+"'"), ContainSubstring(refusal))),
 			"%s: a forbidden change, refused by its own policy", dir)
 		check := &controllers.ConfinementCheck{Client: asAgentOn(a, node.Name), NodeName: node.Name,
 			Taints: func() []controllers.TaintSpec { return a.taints }}
-		_, refusal, err := check.CheckRemoval(ctx)
+		if conditionsOnly[dir] {
+			check.Conditions = []string{a.ownCondition()}
+		}
+		_, refused, err := check.CheckRemoval(ctx)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(refusal).NotTo(HaveOccurred(), "%s: its agent's own removal", dir)
+		Expect(refused).NotTo(HaveOccurred(), "%s: its agent's own write, removal or condition", dir)
 	}
 
 	It("lets each agent remove its own taint, judged by its own policy, with its own RBAC", func(ctx SpecContext) {

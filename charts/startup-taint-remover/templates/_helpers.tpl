@@ -87,7 +87,7 @@ groups:
 str.render writes a manifest shared with the kustomize tree (files/, links into config/), with
 the settings written in where kustomize's config/components/taints writes them: the taints, the
 re-taint delay and the condition type replace their placeholders, conditions-only mode is turned
-on as config/components/conditions-only turns it on, and the object gets this release's name and
+on as config/components/conditions-only turns it on (with the grant's verb "report"), and the object gets this release's name and
 labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
 */}}
 {{- define "str.render" -}}
@@ -96,6 +96,9 @@ labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
 {{- $text = $text | replace `'\\TAINTS'` (printf "'%s'" (include "str.taints" $root)) -}}
 {{- $text = $text | replace `'\\RETAINTAFTER'` (printf "'%s'" $root.Values.retaintAfter) -}}
 {{- $text = $text | replace `'\\CONDITIONTYPE'` (printf "'%s'" (include "str.conditionTypes" $root)) -}}
+{{- if $root.Values.conditionsOnly -}}
+{{- $text = $text | replace `check('remove')` `check('report')` -}}
+{{- end -}}
 {{- $obj := fromYaml $text -}}
 {{- if $root.Values.conditionsOnly -}}
 {{- range $obj.spec.variables -}}
