@@ -130,6 +130,19 @@ var _ = Describe("conditions-only installs", func() {
 				Expect(writeStatus(ctx, asAgentOn(a, own), own, func(n *corev1.Node) {
 					n.Status.Conditions = append(n.Status.Conditions, condition("example.com/Other", corev1.ConditionTrue))
 				})).To(MatchError(ContainSubstring(a.msgStatus())), "only its own condition")
+				for what, change := range map[string]func(*corev1.NodeCondition){
+					"the status Maybe":       func(c *corev1.NodeCondition) { c.Status = "Maybe" },
+					"a status of 1.5 MB":     func(c *corev1.NodeCondition) { c.Status = corev1.ConditionStatus(strings.Repeat("T", 1571200)) },
+					"a transition in 9999":   func(c *corev1.NodeCondition) { c.LastTransitionTime = metav1.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) },
+					"a reason of 1025 bytes": func(c *corev1.NodeCondition) { c.Reason = strings.Repeat("R", 1025) },
+				} {
+					Expect(writeStatus(ctx, asAgentOn(a, own), own, func(n *corev1.Node) {
+						n.Status.Conditions = slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return string(c.Type) == a.ownCondition() })
+						c := condition(a.ownCondition(), corev1.ConditionTrue)
+						change(&c)
+						n.Status.Conditions = append(n.Status.Conditions, c)
+					})).To(MatchError(ContainSubstring(msgCondition)), "its own condition with %s", what)
+				}
 			})
 
 			It("lets the real controller publish the condition as its gate goes, never touching the taint, and be ready", func(ctx SpecContext) {
