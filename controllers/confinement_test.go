@@ -418,7 +418,7 @@ func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
 		RefusalManagedEntries, RefusalManagedGained, RefusalManagedLost,
 		RefusalEventRegarding, RefusalEventReporter, RefusalEventMetadata, RefusalEventUpdate}
 	refusals := policyRefusals(t)
-	var tags []string
+	tags := make([]string, 0, len(refusals))
 	for tag, refusal := range refusals {
 		tags = append(tags, tag)
 		if got := RefusalTag(refusal); got != tag {

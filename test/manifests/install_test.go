@@ -1537,7 +1537,7 @@ func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *events
 func withoutField(fields *metav1.FieldsV1, path ...string) *metav1.FieldsV1 {
 	GinkgoHelper()
 	tree := map[string]any{}
-	Expect(json.Unmarshal(fields.Raw, &tree)).To(Succeed())
+	Expect(json.Unmarshal(fields.GetRawBytes(), &tree)).To(Succeed())
 	at := tree
 	for _, p := range path[:len(path)-1] {
 		next, ok := at[p].(map[string]any)
@@ -1549,7 +1549,7 @@ func withoutField(fields *metav1.FieldsV1, path ...string) *metav1.FieldsV1 {
 	delete(at, path[len(path)-1])
 	raw, err := json.Marshal(tree)
 	Expect(err).NotTo(HaveOccurred())
-	return &metav1.FieldsV1{Raw: raw}
+	return metav1.NewFieldsV1(string(raw))
 }
 
 // recordedEvent records, as an admin, an event about node reported by instance, as the agent's

@@ -272,36 +272,28 @@ var _ = Describe("taint at registration", func() {
 
 			It("never keeps a Node from registering, and adds nothing, when it cannot work", func(ctx SpecContext) {
 				mutated := only[admissionv1.MutatingAdmissionPolicy](objs, "MutatingAdmissionPolicy")[0]
-				broken := []struct {
+				type breakage struct {
 					what, outcome string
 					breakIt       func(*admissionv1.MutatingAdmissionPolicy)
-				}{
-					{"taints the agent would refuse", "no_error", func(p *admissionv1.MutatingAdmissionPolicy) {
+				}
+				taintList := func(list string) func(*admissionv1.MutatingAdmissionPolicy) {
+					return func(p *admissionv1.MutatingAdmissionPolicy) {
 						for i, v := range p.Spec.Variables {
 							if v.Name == "taintList" {
-								p.Spec.Variables[i].Expression = "'Not A Taint!'"
+								p.Spec.Variables[i].Expression = "'" + list + "'"
 							}
 						}
-					}},
+					}
 				}
 				// Keys a looser check let through, which the API server refuses with the whole Node.
-				for _, key := range []string{"example.com/" + strings.Repeat("n", 64), "bad..prefix.example.com/agent-not-ready",
-					strings.Repeat("p", 254) + "/agent-not-ready", "Example.com/agent-not-ready"} {
-					broken = append(broken, struct {
-						what, outcome string
-						breakIt       func(*admissionv1.MutatingAdmissionPolicy)
-					}{"the taint " + key + ", which Kubernetes refuses", "no_error", func(p *admissionv1.MutatingAdmissionPolicy) {
-						for i, v := range p.Spec.Variables {
-							if v.Name == "taintList" {
-								p.Spec.Variables[i].Expression = "'" + key + "'"
-							}
-						}
-					}})
+				refused := []string{"example.com/" + strings.Repeat("n", 64), "bad..prefix.example.com/agent-not-ready",
+					strings.Repeat("p", 254) + "/agent-not-ready", "Example.com/agent-not-ready"}
+				broken := make([]breakage, 0, 3+len(refused))
+				for _, key := range refused {
+					broken = append(broken, breakage{"the taint " + key + ", which Kubernetes refuses", "no_error", taintList(key)})
 				}
-				broken = append(broken, []struct {
-					what, outcome string
-					breakIt       func(*admissionv1.MutatingAdmissionPolicy)
-				}{
+				broken = append(broken, []breakage{
+					{"taints the agent would refuse", "no_error", taintList("Not A Taint!")},
 					{"a patch that does not apply", "invalid_error", func(p *admissionv1.MutatingAdmissionPolicy) {
 						p.Spec.Mutations[0].JSONPatch.Expression =
 							`[JSONPatch{op: "add", path: "/spec/taints/99", value: Object.spec.taints{key: "example.com/x", effect: "NoSchedule"}}]`
