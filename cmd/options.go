@@ -73,35 +73,12 @@ type groupOptions struct {
 	conditionType      string
 }
 
-// taintFlag collects repeated --taint values, parsing each as it arrives so the error names it.
-type taintFlag struct{ specs *[]controllers.TaintSpec }
-
-func (f taintFlag) String() string {
-	if f.specs == nil {
-		return ""
-	}
-	parts := make([]string, len(*f.specs))
-	for i, s := range *f.specs {
-		parts[i] = s.String()
-	}
-	return strings.Join(parts, ",")
-}
-
-// Set accepts one taint or a comma-separated list, so a manifest can pass the whole set through
-// one environment variable, written when the manifests are rendered from the same string as the
-// admission policy's.
-func (f taintFlag) Set(v string) error {
+// parseTaint accepts one --taint item, KEY[:EFFECT], that is no placeholder left by a renderer.
+func parseTaint(v string) (controllers.TaintSpec, error) {
 	if err := unrendered(v); err != nil {
-		return err
+		return controllers.TaintSpec{}, err
 	}
-	for _, item := range strings.Split(v, ",") {
-		s, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
-		if err != nil {
-			return err
-		}
-		*f.specs = append(*f.specs, s)
-	}
-	return nil
+	return controllers.ParseTaintSpec(v)
 }
 
 // unrendered refuses a value that is still one of the manifests' placeholders (\TAINTS,
@@ -116,9 +93,13 @@ func unrendered(v string) error {
 }
 
 // listFlag collects a repeated flag, parsing each value as it arrives so the error names it.
+// With a separator, one value may also carry several, so a manifest can pass a whole list through
+// one environment variable (--taint, written when the manifests are rendered from the same string
+// as the admission policy's).
 type listFlag[T any] struct {
 	items *[]T
 	parse func(string) (T, error)
+	sep   string
 }
 
 func (f listFlag[T]) String() string {
@@ -133,11 +114,20 @@ func (f listFlag[T]) String() string {
 }
 
 func (f listFlag[T]) Set(v string) error {
-	item, err := f.parse(v)
-	if err != nil {
-		return err
+	values := []string{v}
+	if f.sep != "" {
+		values = strings.Split(v, f.sep)
+		for i := range values {
+			values[i] = strings.TrimSpace(values[i])
+		}
 	}
-	*f.items = append(*f.items, item)
+	for _, value := range values {
+		item, err := f.parse(value)
+		if err != nil {
+			return err
+		}
+		*f.items = append(*f.items, item)
+	}
 	return nil
 }
 
@@ -192,7 +182,7 @@ var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-al
 
 // bindGroupFlags defines the flags of groupFlags on fs, into g.
 func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
-	fs.Var(taintFlag{&g.taints}, "taint",
+	fs.Var(listFlag[controllers.TaintSpec]{items: &g.taints, parse: parseTaint, sep: ","}, "taint",
 		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
 			"Default with --csi-address: <driver name>/agent-not-ready.")
 	fs.StringVar(&g.csiAddress, "csi-address", "",
@@ -206,19 +196,19 @@ func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.StringVar(&g.readyContainer, "ready-container", "",
 		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
 			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
-	fs.Var(listFlag[gates.ResourceRequirement]{&g.requireResources, gates.ParseResourceRequirement}, "require-resource",
+	fs.Var(listFlag[gates.ResourceRequirement]{items: &g.requireResources, parse: gates.ParseResourceRequirement}, "require-resource",
 		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
 			"as a device plugin advertises it through kubelet; repeatable.")
-	fs.Var(listFlag[string]{&g.readyFiles, parseFilePattern}, "ready-file",
+	fs.Var(listFlag[string]{items: &g.readyFiles, parse: parseFilePattern}, "ready-file",
 		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
 			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
-	fs.Var(listFlag[string]{&g.resourceSlices, parseDriverName}, "require-resourceslice",
+	fs.Var(listFlag[string]{items: &g.resourceSlices, parse: parseDriverName}, "require-resourceslice",
 		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
 			"with at least one device; repeatable.")
-	fs.Var(listFlag[gates.ConditionRequirement]{&g.conditions, gates.ParseConditionRequirement}, "require-condition",
+	fs.Var(listFlag[gates.ConditionRequirement]{items: &g.conditions, parse: gates.ParseConditionRequirement}, "require-condition",
 		"A gate that passes while the Node has this condition with this status, as TYPE[=STATUS] (STATUS True when left out), "+
 			"as Node Problem Detector, a cloud controller or another agent publishes it; repeatable.")
-	fs.Var(listFlag[gates.PodRequirement]{&g.pods, gates.ParsePodRequirement}, "require-pod",
+	fs.Var(listFlag[gates.PodRequirement]{items: &g.pods, parse: gates.ParsePodRequirement}, "require-pod",
 		"A gate that passes while a pod on this node in NAMESPACE whose labels match LABEL_SELECTOR is Ready, as "+
 			"NAMESPACE/LABEL_SELECTOR (kube-system/k8s-app=cilium): another DaemonSet's agent; repeatable. "+
 			"Needs a Role that lets the agent read pods in that namespace.")

@@ -2,17 +2,15 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
@@ -51,22 +49,12 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 		return nil
 	}
 	want := condition(g.ConditionType, notReady)
-	current := findCondition(node.Status.Conditions, want.Type)
+	current := gates.FindCondition(node.Status.Conditions, want.Type)
 	if sameCondition(current, &want) || g.state.conditionWritten(&want) {
 		return nil
 	}
-	now := metav1.NewTime(p.now)
-	want.LastHeartbeatTime, want.LastTransitionTime = now, now
-	if current != nil && current.Status == want.Status {
-		want.LastTransitionTime = current.LastTransitionTime
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{want}}})
-	if err != nil {
-		return fmt.Errorf("encoding condition %s: %w", want.Type, err)
-	}
-	// A strategic merge patch merges conditions by type, so one that carries only this condition
-	// cannot undo a concurrent write of kubelet's own conditions, and needs no resourceVersion lock.
-	err = r.Client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch), client.FieldOwner(FieldManager))
+	want = stamped(want, current, p.now)
+	err := writeCondition(ctx, r.Client, node, want)
 	if apierrors.IsNotFound(err) {
 		return nil // the Node was deleted meanwhile
 	}
@@ -93,17 +81,18 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 	return c
 }
 
+// stamped is want as written at now over current, the Node's condition of its type (nil when
+// there is none): the transition time moves only with the status.
+func stamped(want corev1.NodeCondition, current *corev1.NodeCondition, now time.Time) corev1.NodeCondition {
+	want.LastHeartbeatTime, want.LastTransitionTime = metav1.NewTime(now), metav1.NewTime(now)
+	if current != nil && current.Status == want.Status {
+		want.LastTransitionTime = current.LastTransitionTime
+	}
+	return want
+}
+
 // maxConditionMessage is the longest message the admission policy admits in the agent's condition.
 const maxConditionMessage = 1024
-
-func findCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range conditions {
-		if conditions[i].Type == t {
-			return &conditions[i]
-		}
-	}
-	return nil
-}
 
 // sameCondition compares what the verdict decides: the status, reason and message.
 func sameCondition(a, b *corev1.NodeCondition) bool {

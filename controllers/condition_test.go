@@ -42,8 +42,8 @@ func TestTheConditionIsWrittenOncePerChangeAndLeavesKubeletsAlone(t *testing.T) 
 	condition := func() corev1.NodeCondition {
 		t.Helper()
 		conditions := e.node().Status.Conditions
-		ours := findCondition(conditions, testConditionType)
-		if len(conditions) != 2 || ours == nil || !equality.Semantic.DeepEqual(*findCondition(conditions, corev1.NodeReady), kubelets) {
+		ours := gates.FindCondition(conditions, testConditionType)
+		if len(conditions) != 2 || ours == nil || !equality.Semantic.DeepEqual(*gates.FindCondition(conditions, corev1.NodeReady), kubelets) {
 			t.Fatalf("conditions %+v: want kubelet's unchanged and the agent's", conditions)
 		}
 		return *ours

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -153,6 +153,14 @@ func (c *ConfinementCheck) Permits() bool {
 	return c.verdict == Confined
 }
 
+// clock is c.Clock, or the real clock when it is nil.
+func (c *ConfinementCheck) clock() clock.Clock {
+	if c.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.Clock
+}
+
 // NeedLeaderElection is false: every agent checks itself.
 func (c *ConfinementCheck) NeedLeaderElection() bool { return false }
 
@@ -161,9 +169,6 @@ func (c *ConfinementCheck) NeedLeaderElection() bool { return false }
 // backoff.
 func (c *ConfinementCheck) Start(ctx context.Context) error {
 	c.channels()
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
 	logger := log.FromContext(ctx).WithValues("node", c.NodeName)
 	ctx = log.IntoContext(ctx, logger)
 	retry := time.Duration(0)
@@ -192,7 +197,7 @@ func (c *ConfinementCheck) Start(ctx context.Context) error {
 			continue
 		}
 		retry = min(max(2*retry, confinementRetry.initial), confinementRetry.limit)
-		timer := c.Clock.NewTimer(retry)
+		timer := c.clock().NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -240,9 +245,7 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 	if c.Taints != nil {
 		removeTaints(node, c.Taints())
 	}
-	// The reconciler's own patch: a merge patch locked to the resourceVersion it read.
-	err = c.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
-		client.DryRunAll, client.FieldOwner(FieldManager))
+	err = writeTaints(ctx, c.Client, orig, node, client.DryRunAll)
 	switch {
 	case err == nil:
 		return orig, nil, nil
@@ -253,18 +256,12 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 }
 
 // checkCondition sends, in a dry run, the status patch by which the reconciler writes the first
-// of c.Conditions, as the gates' verdict before their first probe would be, and returns the API
-// server's refusal (nil when it admitted it).
+// of c.Conditions once its gates pass, and returns the API server's refusal (nil when it admitted
+// it).
 func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node) (*corev1.Node, error, error) {
-	now := metav1.Now()
-	want := corev1.NodeCondition{Type: corev1.NodeConditionType(c.Conditions[0]), Status: corev1.ConditionUnknown,
-		Reason: "ConfinementCheck", Message: "A dry run of the agent's write", LastHeartbeatTime: now, LastTransitionTime: now}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{want}}})
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding condition %s: %w", want.Type, err)
-	}
-	err = c.Client.Status().Patch(ctx, node.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, patch),
-		client.DryRunAll, client.FieldOwner(FieldManager))
+	want := condition(c.Conditions[0], nil)
+	want = stamped(want, gates.FindCondition(node.Status.Conditions, want.Type), c.clock().Now())
+	err := writeCondition(ctx, c.Client, node.DeepCopy(), want, client.DryRunAll)
 	switch {
 	case err == nil:
 		return node, nil, nil

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
@@ -560,7 +561,7 @@ func TestTheReconcilerWritesNothingUntilARequiredConfinementIsSeen(t *testing.T)
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, []TaintSpec{{Key: startup.Key}})) != 0 || findCondition(node.Status.Conditions, "example.com/AgentReady") == nil {
+	if len(MatchingTaints(node.Spec.Taints, []TaintSpec{{Key: startup.Key}})) != 0 || gates.FindCondition(node.Status.Conditions, "example.com/AgentReady") == nil {
 		t.Errorf("once confined, the taint must go and the condition be written: %+v", node)
 	}
 }

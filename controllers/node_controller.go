@@ -501,10 +501,7 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 			sent = nil
 			return nil
 		}
-		// A merge patch replaces the whole taint list; the resourceVersion lock makes it fail
-		// instead of dropping a taint another writer added since we read the Node.
-		err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
-			client.FieldOwner(FieldManager))
+		err := writeTaints(ctx, r.Client, orig, node)
 		if apierrors.IsConflict(err) && conflict != nil {
 			conflict(orig)
 		}

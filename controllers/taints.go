@@ -64,10 +64,19 @@ func ParseTaintSpec(s string) (TaintSpec, error) {
 	return spec, nil
 }
 
+// driverTaintSuffix ends the startup taint a CSI driver uses by convention, DRIVER/agent-not-ready.
+const driverTaintSuffix = "/agent-not-ready"
+
 // DefaultTaintSpec is the startup taint the EBS, EFS, Azure Disk and Mountpoint-S3 CSI drivers
 // use by convention, keyed by the driver's name.
 func DefaultTaintSpec(driverName string) TaintSpec {
-	return TaintSpec{Key: driverName + "/agent-not-ready"}
+	return TaintSpec{Key: driverName + driverTaintSuffix}
+}
+
+// DriverOf returns the CSI driver whose conventional startup taint (DefaultTaintSpec) spec
+// selects, and false when spec is no driver's.
+func DriverOf(spec TaintSpec) (string, bool) {
+	return strings.CutSuffix(spec.Key, driverTaintSuffix)
 }
 
 // MatchingTaints returns the taints in taints that any spec selects, in their original order.

@@ -68,7 +68,7 @@ func (g *NodeConditionGate) Name() string { return NodeConditionName }
 func (g *NodeConditionGate) Check(_ context.Context, in Input) error {
 	node := in.Node
 	for _, q := range g.required {
-		c := findCondition(node.Status.Conditions, q.Type)
+		c := FindCondition(node.Status.Conditions, q.Type)
 		switch {
 		case c == nil:
 			return NotReady(ReasonNoCondition, fmt.Errorf("node %s has no condition %s yet, want %s", node.Name, q.Type, q.Status))
@@ -93,7 +93,7 @@ func (g *NodeConditionGate) Requires(t corev1.NodeConditionType) bool {
 // status.
 func (g *NodeConditionGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
 	for _, q := range g.required {
-		before, after := findCondition(oldNode.Status.Conditions, q.Type), findCondition(newNode.Status.Conditions, q.Type)
+		before, after := FindCondition(oldNode.Status.Conditions, q.Type), FindCondition(newNode.Status.Conditions, q.Type)
 		if (before == nil) != (after == nil) || before != nil && before.Status != after.Status {
 			return true
 		}
@@ -101,7 +101,8 @@ func (g *NodeConditionGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
 	return false
 }
 
-func findCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
+// FindCondition returns the condition of type t among conditions, or nil.
+func FindCondition(conditions []corev1.NodeCondition, t corev1.NodeConditionType) *corev1.NodeCondition {
 	for i := range conditions {
 		if conditions[i].Type == t {
 			return &conditions[i]

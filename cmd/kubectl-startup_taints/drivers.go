@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 // Driver says whether a CSI driver the installs serve asks the scheduler to keep pods off nodes
@@ -22,16 +23,13 @@ type Driver struct {
 	PreventPodSchedulingIfMissing bool `json:"preventPodSchedulingIfMissing"`
 }
 
-// driverSuffix ends the conventional startup taint of a CSI driver, DRIVER/agent-not-ready.
-const driverSuffix = "/agent-not-ready"
-
 // drivers reads the CSIDriver of each driver whose conventional taint an install names. A user who
 // may not read CSIDrivers gets none, silently: the list of taints does not depend on them.
 func drivers(ctx context.Context, c kubernetes.Interface, installs []install) []Driver {
 	var names []string
 	for _, in := range installs {
 		for _, spec := range in.specs {
-			if name, ok := strings.CutSuffix(spec.Key, driverSuffix); ok && !slices.Contains(names, name) {
+			if name, ok := controllers.DriverOf(spec); ok && !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		}
