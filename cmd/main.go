@@ -20,9 +20,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metricsauth"
 )
 
@@ -154,6 +156,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	metrics.RegisterBuildInfo(crmetrics.Registry)
 
 	if !opts.dryRun {
 		// A dry run sends no request that could write, not even the check's dry-run patch.

@@ -103,6 +103,7 @@ type ConfinementCheck struct {
 	Clock clock.Clock
 
 	init    sync.Once
+	metrics *metrics.Metrics // the reconciler's, set by SetupWithManager
 	recheck chan struct{}
 	// confined tells the reconciler, once, that the agent was first found confined: the writes
 	// it held can go now.
@@ -151,6 +152,14 @@ func (c *ConfinementCheck) Permits() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.verdict == Confined
+}
+
+// metricsOf is the metrics of the reconciler the check serves, or the process's.
+func (c *ConfinementCheck) metricsOf() *metrics.Metrics {
+	if c.metrics == nil {
+		return metrics.Default()
+	}
+	return c.metrics
 }
 
 // clock is c.Clock, or the real clock when it is nil.
@@ -300,7 +309,7 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
-	metrics.Confined.Set(boolToFloat(outcome == Confined))
+	c.metricsOf().Confined.Set(boolToFloat(outcome == Confined))
 	c.mu.Lock()
 	c.verdict = outcome
 	c.mu.Unlock()
@@ -359,7 +368,7 @@ const (
 // reportRemoval sets the gauge on every answer, and logs and records an event only when the
 // answer changes: refused, refused for another reason, or admitted after a refusal.
 func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node, refusal error) {
-	metrics.RemovalRefused.Set(boolToFloat(refusal != nil))
+	c.metricsOf().RemovalRefused.Set(boolToFloat(refusal != nil))
 	c.mu.Lock()
 	wasRefused, wasAnswered := c.refusal != nil, c.answered
 	same := wasAnswered && (refusal == nil && !wasRefused || refusal != nil && wasRefused && refusal.Error() == c.refusal.Error())

@@ -181,14 +181,14 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	check := NewConfinementCheck(false)
 	check.Client, check.NodeName, check.Recorder = api.client(), "n1", recorder
-	metrics.Confined.Set(1)
+	metrics.Default().Confined.Set(1)
 	startRunnable(t, check.Start)
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
 	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+ReasonNotConfined) {
 		t.Errorf("event %q, want a %s warning", ev, ReasonNotConfined)
 	}
-	if got := testutil.ToFloat64(metrics.Confined); got != 0 {
+	if got := testutil.ToFloat64(metrics.Default().Confined); got != 0 {
 		t.Errorf("startup_taint_confined = %v, want 0", got)
 	}
 	check.Recheck()
@@ -199,7 +199,7 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	}
 	api.set(policyDenial)
 	check.Recheck()
-	eventually(t, "the gauge to turn 1", func() bool { return testutil.ToFloat64(metrics.Confined) == 1 })
+	eventually(t, "the gauge to turn 1", func() bool { return testutil.ToFloat64(metrics.Default().Confined) == 1 })
 }
 
 func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
@@ -280,7 +280,7 @@ func TestConfinementCheckRetriesWithoutAVerdictOnItsBackoff(t *testing.T) {
 	eventually(t, "the retry after 1s", func() bool { return api.count() == 2 && clock.HasWaiters() })
 	api.set(policyDenial)
 	clock.Step(2 * time.Second)
-	eventually(t, "the verdict after 2s more", func() bool { return testutil.ToFloat64(metrics.Confined) == 1 })
+	eventually(t, "the verdict after 2s more", func() bool { return testutil.ToFloat64(metrics.Default().Confined) == 1 })
 	time.Sleep(20 * time.Millisecond)
 	if clock.HasWaiters() {
 		t.Error("a verdict must end the retries")
@@ -489,7 +489,7 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	if err := check.Ready(nil); err == nil || !strings.Contains(err.Error(), "retaintKeys") {
 		t.Errorf("Ready() = %v, want the API server's refusal", err)
 	}
-	if got := testutil.ToFloat64(metrics.RemovalRefused); got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().RemovalRefused); got != 1 {
 		t.Errorf("startup_taint_removal_refused = %v, want 1", got)
 	}
 
@@ -511,7 +511,7 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	if err := check.Ready(nil); err != nil {
 		t.Errorf("Ready() = %v once admitted, want nil", err)
 	}
-	if got := testutil.ToFloat64(metrics.RemovalRefused); got != 0 {
+	if got := testutil.ToFloat64(metrics.Default().RemovalRefused); got != 0 {
 		t.Errorf("startup_taint_removal_refused = %v, want 0", got)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -544,7 +544,7 @@ func TestTheReconcilerWritesNothingUntilARequiredConfinementIsSeen(t *testing.T)
 		},
 	}).Build()
 	r := newTestReconciler(t, c)
-	r.groups[0].ConditionType = "example.com/AgentReady"
+	r.running[0].ConditionType = "example.com/AgentReady"
 	r.Confinement = NewConfinementCheck(true)
 	r.Confinement.channels()
 	for _, verdict := range []string{"", NotConfined, CannotWrite} {

@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
-	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // The scheduler's own CSI check (KEP-5030, beta and on by default from Kubernetes 1.37): a
@@ -59,7 +58,7 @@ func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
 	}
 	g.csiDriverReported = true
 	set := err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
-	metrics.CSIDriverPreventsScheduling.WithLabelValues(name).Set(boolToFloat(set))
+	r.metrics.CSIDriverPreventsScheduling.WithLabelValues(name).Set(boolToFloat(set))
 	if set {
 		logger.Info("the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later the scheduler keeps " +
 			"pods with its PVC-backed volumes off this node until CSINode lists the driver; the startup taint still covers " +

@@ -53,7 +53,7 @@ func TestTheAgentReportsOnceWhetherItsCSIDriverPreventsScheduling(t *testing.T) 
 		{name: "no permission to read it", intercept: &forbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			metrics.CSIDriverPreventsScheduling.Reset()
+			metrics.Default().CSIDriverPreventsScheduling.Reset()
 			b := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-d1", startup))
 			if tc.object != nil {
 				b = b.WithObjects(tc.object)
@@ -78,11 +78,11 @@ func TestTheAgentReportsOnceWhetherItsCSIDriverPreventsScheduling(t *testing.T) 
 			if reads != 1 {
 				t.Fatalf("%d reads of the CSIDriver, want 1 per process", reads)
 			}
-			if n := testutil.CollectAndCount(metrics.CSIDriverPreventsScheduling); (n == 1) != tc.wantReports {
+			if n := testutil.CollectAndCount(metrics.Default().CSIDriverPreventsScheduling); (n == 1) != tc.wantReports {
 				t.Fatalf("%d series of startup_taint_csi_driver_prevents_scheduling, want a report: %v", n, tc.wantReports)
 			}
 			if tc.wantReports {
-				if got := testutil.ToFloat64(metrics.CSIDriverPreventsScheduling.WithLabelValues(driver)); got != tc.want {
+				if got := testutil.ToFloat64(metrics.Default().CSIDriverPreventsScheduling.WithLabelValues(driver)); got != tc.want {
 					t.Fatalf("startup_taint_csi_driver_prevents_scheduling = %v, want %v", got, tc.want)
 				}
 			}

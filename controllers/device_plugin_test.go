@@ -58,7 +58,7 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 			Expect(k8sClient.Status().Update(ctx, node)).To(Succeed())
 		}
 		holds := func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(hasTaintKey(startupTaint.Key)) }
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.GateReady.WithLabelValues("resource")) }).Should(Equal(0.0))
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("resource")) }).Should(Equal(0.0))
 		Consistently(holds, "1s").WithContext(ctx).Should(Succeed())
 
 		By("kubelet's status updates that leave the resource alone: no reconcile")
@@ -109,7 +109,7 @@ var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.Ever
 			slice(nodeName+"-elsewhere", driver, nodeName+"-other", 2)
 			slice(nodeName+"-nic", "nic.example.com", nodeName, 2)
 			own := slice(nodeName+"-gpu", driver, nodeName, 0)
-			Eventually(func() float64 { return testutil.ToFloat64(metrics.GateReady.WithLabelValues("resourceslice")) }).Should(Equal(0.0))
+			Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("resourceslice")) }).Should(Equal(0.0))
 			Consistently(holds, "1s").WithContext(ctx).Should(Succeed())
 
 			By("the driver publishing its first device for this node")

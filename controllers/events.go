@@ -18,7 +18,7 @@ import (
 // registered without the group's startup taints (startup: specs less continuous mode's).
 func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []TaintSpec, obs observation) {
 	for _, spec := range specs {
-		metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
+		r.metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
 	}
 	if obs.registeredWithout {
 		list := specStrings(startup)
@@ -28,12 +28,12 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 			"Node registered without the startup taints %s: pods could be scheduled before its node agent was ready, "+
 				"and fail (a CSI volume: driver not found). Register the node pool's nodes with the taints", list)
 		for _, key := range list {
-			metrics.MissingAtRegistration.WithLabelValues(key).Set(1)
+			r.metrics.MissingAtRegistration.WithLabelValues(key).Set(1)
 		}
 	}
 	for _, key := range obs.cameBack {
 		log.FromContext(ctx).Info("startup taint came back", "taint", key)
-		metrics.Readded.WithLabelValues(key).Inc()
+		r.metrics.Readded.WithLabelValues(key).Inc()
 	}
 	if obs.ended {
 		log.FromContext(ctx).V(4).Info("startup taints removed by another writer")
@@ -53,17 +53,17 @@ func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, g
 // reportRemoval reports a successful removal: metrics, an event and a log line.
 func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, rem removal) {
 	for _, key := range rem.specs {
-		metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
-		metrics.Present.WithLabelValues(key).Set(0)
+		r.metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
+		r.metrics.Present.WithLabelValues(key).Set(0)
 		if rem.unready != nil {
-			metrics.ForcedRemovals.WithLabelValues(key).Inc()
+			r.metrics.ForcedRemovals.WithLabelValues(key).Inc()
 		}
 	}
 	if rem.unready == nil {
-		metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
+		r.metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
 	}
 	if rem.first {
-		metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
+		r.metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
 	}
 	if rem.permissionsChanged {
 		r.permissionsChanged()
@@ -95,7 +95,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Node, held []corev1.Taint, specs []TaintSpec,
 	unready *gateError) {
 	for _, spec := range specs {
-		metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+		r.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	}
 	why := "every readiness gate passes"
 	if unready != nil {
@@ -110,7 +110,7 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 // reportRetaint reports a startup taint that continuous mode put back: the counter, a Warning
 // event and a log line.
 func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
-	metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
+	r.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
@@ -122,13 +122,13 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 // reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
 // controller-runtime.
 func (r *NodeReconciler) reportRetaintFailure(spec TaintSpec, err error) {
-	metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
+	r.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
 }
 
 // reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
 // log line.
 func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
-	metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+	r.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
@@ -140,10 +140,10 @@ func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.No
 // was written (a failure is returned, and logged by the caller's caller).
 func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondition, err error) {
 	if err != nil {
-		metrics.ConditionWrites.WithLabelValues(string(c.Status), failureClass(err)).Inc()
+		r.metrics.ConditionWrites.WithLabelValues(string(c.Status), failureClass(err)).Inc()
 		return
 	}
-	metrics.ConditionWrites.WithLabelValues(string(c.Status), metrics.ResultWritten).Inc()
+	r.metrics.ConditionWrites.WithLabelValues(string(c.Status), metrics.ResultWritten).Inc()
 	log.FromContext(ctx).Info("wrote the node condition", "type", c.Type, "status", c.Status, "reason", c.Reason)
 }
 
@@ -152,7 +152,7 @@ func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondi
 func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {
 	if f.result != metrics.ResultConflict { // each conflict was counted as it happened
 		for _, spec := range specs {
-			metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
+			r.metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
 		}
 	}
 	if f.permissionsChanged {
@@ -175,7 +175,7 @@ func (r *NodeReconciler) reportConflict(orig *corev1.Node, plans []*plan) {
 	for _, p := range plans {
 		if p.remove {
 			for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
-				metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
+				r.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
 // Group is one set of startup taints and the readiness gates that hold them. A node often runs
@@ -53,6 +54,8 @@ type group struct {
 	state   nodeState
 	// csiDriverReported is set once its driver's CSIDriver has been reported (csidriver.go).
 	csiDriverReported bool
+	// metrics are the reconciler's.
+	metrics *metrics.Metrics
 }
 
 // check is a gate the reconcile checks itself, with the log of its verdicts.
@@ -155,7 +158,7 @@ func isDriverNamer(g gates.Gate) bool {
 
 // buildGroup makes a group's prober and checks, once the reconciler's Clock is set.
 func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
-	g := &group{Group: cfg, passing: passingSince{}}
+	g := &group{Group: cfg, passing: passingSince{}, metrics: r.metrics}
 	var probed []gates.Probed
 	for _, gate := range cfg.Gates {
 		if p, ok := gate.(gates.Probed); ok {
@@ -164,13 +167,13 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 			g.checks = append(g.checks, check{gate: gate})
 		}
 	}
-	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.Clock)
+	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.Clock, r.metrics)
 	return g
 }
 
 // anyGroup reports whether has holds for any of the built groups.
 func (r *NodeReconciler) anyGroup(has func(*group) bool) bool {
-	return slices.ContainsFunc(r.groups, has)
+	return slices.ContainsFunc(r.running, has)
 }
 
 // logContext adds the group's name to the logger in ctx, when it has one.
@@ -215,7 +218,7 @@ func (g *group) checkGates(ctx context.Context, reader client.Reader, node *core
 	var first *gateError
 	for i := range g.checks {
 		c := &g.checks[i]
-		gerr := c.log.report(ctx, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader})))
+		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader})))
 		since = maxTime(since, g.passing.observe(i, gerr, now))
 		if first == nil {
 			first = gerr

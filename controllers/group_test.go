@@ -78,7 +78,7 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 		"Normal WaitingForDriver Holding startup taints: flip gate of group file: driver reports not ready")
 	g.flip(false, true)
 	// Read as 0 before it is set, so only a 1 shows the label is the group's.
-	if got := testutil.ToFloat64(metrics.GateReady.WithLabelValues("file/flip")); got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/flip")); got != 1 {
 		t.Fatalf(`startup_taint_gate_ready{gate="file/flip"} = %v, want 1`, got)
 	}
 	g.reconcile()
@@ -102,13 +102,13 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 }
 
 func TestEachGroupsFirstRemovalIsCountedOnceWhateverTheOthersDid(t *testing.T) {
-	count, _ := histogram(t, metrics.RemovalSeconds)
+	count, _ := histogram(t, metrics.Default().RemovalSeconds)
 	g := newGroupsTest(t, nil)
 	g.flip(false, true)
 	g.reconcile()
 	g.flip(true, true)
 	g.reconcile()
-	if c, _ := histogram(t, metrics.RemovalSeconds); c-count != 2 {
+	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c-count != 2 {
 		t.Fatalf("%d samples, want one first removal per group", c-count)
 	}
 
@@ -117,7 +117,7 @@ func TestEachGroupsFirstRemovalIsCountedOnceWhateverTheOthersDid(t *testing.T) {
 	g.setTaints(diskTaint, fileTaint)
 	g.set(func(*NodeReconciler) {})
 	g.reconcile()
-	if c, _ := histogram(t, metrics.RemovalSeconds); c-count != 2 {
+	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c-count != 2 {
 		t.Fatalf("%d samples after the restart, want still 2", c-count)
 	}
 	expectEvents(t, g.events(), "Normal TaintRemovedAgain Startup taints [disk.example.com/agent-not-ready:NoExecute]",
@@ -278,12 +278,12 @@ func TestALoneGroupsGateIsLabelledByItsName(t *testing.T) {
 		t.Fatal(errs)
 	}
 	r.build()
-	metrics.GateReady.WithLabelValues("flip").Set(0) // as other tests may have left it
+	metrics.Default().GateReady.WithLabelValues("flip").Set(0) // as other tests may have left it
 	probe(r)
 	if err := reconcileNode(t, r); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(metrics.GateReady.WithLabelValues("flip")); got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("flip")); got != 1 {
 		t.Fatalf(`a lone unnamed group's gate is labelled "flip" as before: got %v`, got)
 	}
 }

@@ -86,8 +86,8 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		By("the file driver, ready and registered: its taint goes, the disk driver's stays")
 		Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(hasTaintKey(fileTaint.Key)) }).WithContext(ctx).Should(Succeed())
 		Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(ContainElement(diskTaint)) }, "1s").WithContext(ctx).Should(Succeed())
-		Expect(testutil.ToFloat64(metrics.GateReady.WithLabelValues("disk/csi"))).To(Equal(0.0))
-		Expect(testutil.ToFloat64(metrics.GateReady.WithLabelValues("file/csinode"))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("disk/csi"))).To(Equal(0.0))
+		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/csinode"))).To(Equal(1.0))
 
 		By("the disk driver turning ready, then kubelet registering it")
 		diskDriver.SetReadiness(fakecsi.Ready)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -124,8 +125,14 @@ type NodeReconciler struct {
 
 	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
 	Clock clock.WithTicker
+	// Registerer receives the reconciler's startup_taint_ metrics; controller-runtime's registry,
+	// which the manager's metrics server serves, when nil. A driver that embeds two reconcilers
+	// gives each its own (prometheus.WrapRegistererWith a label of its own), or they share series.
+	Registerer prometheus.Registerer
+	metrics    *metrics.Metrics
 
-	groups []*group
+	// running are the groups built from Groups by SetupWithManager, with their probers and state.
+	running []*group
 }
 
 // CacheOptions restricts a manager's cache to what r reads, so the cost of each agent does not
@@ -181,7 +188,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Recorder = mgr.GetEventRecorder(EventSource)
 	}
 	r.build()
-	for _, g := range r.groups {
+	for _, g := range r.running {
 		if err := mgr.Add(g.prober); err != nil {
 			return fmt.Errorf("adding the readiness prober: %w", err)
 		}
@@ -203,7 +210,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// manager's defaults cannot raise it.
 			MaxConcurrentReconciles: 1,
 		})
-	for _, g := range r.groups {
+	for _, g := range r.running {
 		b = b.WatchesRawSource(source.Channel(g.prober.events, &handler.EnqueueRequestForObject{}))
 	}
 	if r.Confinement != nil {
@@ -243,6 +250,7 @@ func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 	if c.Taints == nil {
 		c.Taints = r.servedTaints
 	}
+	c.metrics = r.metrics
 	if r.ConditionsOnly && c.Conditions == nil {
 		for _, g := range r.Groups {
 			c.Conditions = append(c.Conditions, g.ConditionType)
@@ -266,17 +274,20 @@ func (r *NodeReconciler) build() {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.groups = nil
+	if r.metrics == nil {
+		r.metrics = metrics.For(r.Registerer)
+	}
+	r.running = nil
 	for _, cfg := range r.Groups {
-		r.groups = append(r.groups, r.buildGroup(cfg, interval))
+		r.running = append(r.running, r.buildGroup(cfg, interval))
 	}
 }
 
 // servedTaints returns every group's startup taints that are known: a CSI group's default taint
 // is known once its driver has told its name.
 func (r *NodeReconciler) servedTaints() []TaintSpec {
-	specs := make([]TaintSpec, 0, len(r.groups))
-	for _, g := range r.groups {
+	specs := make([]TaintSpec, 0, len(r.running))
+	for _, g := range r.running {
 		specs = append(specs, g.taintSpecs(r.RetaintAfter)...)
 	}
 	return specs
@@ -328,10 +339,10 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	now := r.Clock.Now()
-	plans := make([]*plan, 0, len(r.groups))
+	plans := make([]*plan, 0, len(r.running))
 	var errs []error
 	permitted := r.Confinement.Permits()
-	for _, g := range r.groups {
+	for _, g := range r.running {
 		if p := r.decide(g.logContext(ctx), g, node, now); p != nil && permitted {
 			plans = append(plans, p)
 			errs = append(errs, r.publishCondition(g.logContext(ctx), node, p))

@@ -56,7 +56,7 @@ func newTestReconciler(t *testing.T, c client.Client, checks ...gates.Gate) *Nod
 
 // probe probes the local gates of every group of r once.
 func probe(r *NodeReconciler) {
-	for _, g := range r.groups {
+	for _, g := range r.running {
 		g.prober.probeOnce(context.Background())
 	}
 }
@@ -91,7 +91,7 @@ func TestReconcileRetriesAConflictAndKeepsTheOtherWritersTaint(t *testing.T) {
 		},
 	}).Build()
 	r := newTestReconciler(t, c)
-	conflicts := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultConflict))
+	conflicts := testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(startup.Key, metrics.ResultConflict))
 
 	if err := reconcileNode(t, r); err != nil {
 		t.Fatalf("Reconcile: %v", err)
@@ -99,7 +99,7 @@ func TestReconcileRetriesAConflictAndKeepsTheOtherWritersTaint(t *testing.T) {
 	if patches != 2 {
 		t.Fatalf("want a conflict and one retry (2 patches), got %d", patches)
 	}
-	if got := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultConflict)) - conflicts; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(startup.Key, metrics.ResultConflict)) - conflicts; got != 1 {
 		t.Fatalf(`startup_taint_removals_total{result="conflict"} rose by %v, want 1`, got)
 	}
 	got := &corev1.Node{}

@@ -76,12 +76,12 @@ func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
 	if err := e.c.Status().Update(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
-	count, sum := histogram(t, metrics.ReadyToRemovedSeconds)
+	count, sum := histogram(t, metrics.Default().ReadyToRemovedSeconds)
 	e.reconcile()
 	if got := e.taints(); len(MatchingTaints(got, []TaintSpec{{Key: startup.Key}})) > 0 {
 		t.Fatalf("taints %v: want the startup taint gone", got)
 	}
-	afterCount, afterSum := histogram(t, metrics.ReadyToRemovedSeconds)
+	afterCount, afterSum := histogram(t, metrics.Default().ReadyToRemovedSeconds)
 	if afterCount != count+1 || afterSum-sum > 1 {
 		t.Errorf("ready-to-removed observed %d times, %.0fs; want once, under a second after the condition held", afterCount-count, afterSum-sum)
 	}

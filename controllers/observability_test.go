@@ -63,10 +63,10 @@ var _ = Describe("Observability", func() {
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{group}})
 
 		By("holding the taint while the driver is not ready")
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(1.0))
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.GateReady.WithLabelValues("csi")) }).Should(Equal(0.0))
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key)) }).Should(Equal(1.0))
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("csi")) }).Should(Equal(0.0))
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
-		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
+		Expect(testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
 
 		By("removing it once the driver is ready and registered")
 		observed := func(h prometheus.Histogram) uint64 {
@@ -74,45 +74,44 @@ var _ = Describe("Observability", func() {
 			Expect(h.Write(m)).To(Succeed())
 			return m.GetHistogram().GetSampleCount()
 		}
-		firstRemovals, reactions := observed(metrics.RemovalSeconds), observed(metrics.ReadyToRemovedSeconds)
+		firstRemovals, reactions := observed(metrics.Default().RemovalSeconds), observed(metrics.Default().ReadyToRemovedSeconds)
 		driver.SetReadiness(fakecsi.Ready)
 		registerDriver(ctx, nodeName, nil)
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.Present.WithLabelValues(key)) }).Should(Equal(0.0))
-		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
-		Expect(testutil.ToFloat64(metrics.GateReady.WithLabelValues("csinode"))).To(Equal(1.0))
-		Expect(testutil.ToFloat64(metrics.Readded.WithLabelValues(key))).To(BeZero())
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key)) }).Should(Equal(0.0))
+		Expect(testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("csinode"))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(key))).To(BeZero())
 		// Observed right after the counters move: wait for them.
-		Eventually(func() uint64 { return observed(metrics.RemovalSeconds) }).Should(Equal(firstRemovals+1), "the node's first removal is measured")
-		Eventually(func() uint64 { return observed(metrics.ReadyToRemovedSeconds) }).Should(Equal(reactions + 1))
+		Eventually(func() uint64 { return observed(metrics.Default().RemovalSeconds) }).Should(Equal(firstRemovals+1), "the node's first removal is measured")
+		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 1))
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
 
 		By("counting a re-added taint once and removing it again")
 		Consistently(func() float64 {
-			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))
+			return testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))
 		}, time.Second).Should(Equal(1.0), "a removal is counted once")
 		readdTaint(ctx, nodeName, taint)
-		Eventually(func() float64 { return testutil.ToFloat64(metrics.Readded.WithLabelValues(key)) }).Should(Equal(1.0))
+		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(key)) }).Should(Equal(1.0))
 		Eventually(func() float64 {
-			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))
+			return testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))
 		}).Should(Equal(2.0))
-		Expect(testutil.ToFloat64(metrics.Present.WithLabelValues(key))).To(Equal(0.0))
-		Eventually(func() uint64 { return observed(metrics.ReadyToRemovedSeconds) }).Should(Equal(reactions + 2))
-		Expect(observed(metrics.RemovalSeconds)).To(Equal(firstRemovals+1), "only a node's first removal counts from its creation")
+		Expect(testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key))).To(Equal(0.0))
+		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 2))
+		Expect(observed(metrics.Default().RemovalSeconds)).To(Equal(firstRemovals+1), "only a node's first removal counts from its creation")
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedAgain))
 
 		By("exposing well-formed metrics")
-		problems, err := testutil.CollectAndLint(metrics.Present)
+		problems, err := testutil.CollectAndLint(metrics.Default().Present)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(problems).To(BeEmpty())
 		for _, c := range []string{"startup_taint_present", "startup_taint_removals_total", "startup_taint_readded_total",
 			"startup_taint_removal_seconds", "startup_taint_ready_to_removed_seconds", "startup_taint_gate_ready",
-			"startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total", "startup_taint_build_info"} {
+			"startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total"} {
 			Expect(testutil.GatherAndCount(crmetrics.Registry, c)).To(BeNumerically(">", 0), c)
 		}
 		lint, err := testutil.GatherAndLint(crmetrics.Registry, "startup_taint_present", "startup_taint_removals_total",
 			"startup_taint_readded_total", "startup_taint_removal_seconds", "startup_taint_ready_to_removed_seconds",
-			"startup_taint_gate_ready", "startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total",
-			"startup_taint_build_info")
+			"startup_taint_gate_ready", "startup_taint_probe_duration_seconds", "startup_taint_probe_errors_total")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lint).To(BeEmpty())
 	})
@@ -127,7 +126,7 @@ var _ = Describe("Observability", func() {
 			return eventOccurrences(g, ctx, nodeName, controllers.ReasonRegisteredWithoutTaint)
 		}
 		Eventually(warnings).Should(Equal(1))
-		Expect(testutil.ToFloat64(metrics.MissingAtRegistration.WithLabelValues(key))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(key))).To(Equal(1.0))
 		By("later changes of the Node, and the taint coming and going, report nothing more")
 		readdTaint(ctx, nodeName, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute})
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
@@ -151,7 +150,7 @@ var _ = Describe("Observability", func() {
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
 		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.ReasonWaitingForDriver) }
 		Eventually(waits).Should(Equal(1))
-		present := metrics.Present.WithLabelValues(startupTaint.Key)
+		present := metrics.Default().Present.WithLabelValues(startupTaint.Key)
 
 		By("another writer removing the taint, and the agent seeing it gone")
 		Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(n *corev1.Node) {

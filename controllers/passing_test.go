@@ -32,9 +32,9 @@ func TestReadyToRemovedCountsFromTheResourceAppearing(t *testing.T) {
 	if err := e.c.Status().Update(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
-	count, sum := histogram(t, metrics.ReadyToRemovedSeconds)
+	count, sum := histogram(t, metrics.Default().ReadyToRemovedSeconds)
 	e.reconcile()
-	afterCount, afterSum := histogram(t, metrics.ReadyToRemovedSeconds)
+	afterCount, afterSum := histogram(t, metrics.Default().ReadyToRemovedSeconds)
 	if afterCount != count+1 || afterSum-sum > 1 {
 		t.Errorf("ready-to-removed observed %d times, %.0fs; want once, under a second after the resource appeared", afterCount-count, afterSum-sum)
 	}

@@ -26,6 +26,7 @@ type prober struct {
 	node     string
 	group    string // the gates' group's name, for logs and metric labels
 	clock    clock.WithTicker
+	metrics  *metrics.Metrics
 	events   chan event.GenericEvent
 	kick     chan struct{}
 	logs     []gateLog // parallel to gates; only the probing goroutine touches them
@@ -36,8 +37,9 @@ type prober struct {
 	passing passingSince
 }
 
-func newProber(probed []gates.Probed, interval time.Duration, node, group string, clk clock.WithTicker) *prober {
+func newProber(probed []gates.Probed, interval time.Duration, node, group string, clk clock.WithTicker, m *metrics.Metrics) *prober {
 	return &prober{
+		metrics:  m,
 		gates:    probed,
 		interval: interval,
 		node:     node,
@@ -101,12 +103,12 @@ func (p *prober) probeOnce(ctx context.Context) {
 			return // shutting down: a cancelled probe says nothing about the agent
 		}
 		label := gateLabel(p.group, g.Name())
-		metrics.ProbeDuration.WithLabelValues(label).Observe(p.clock.Since(start).Seconds())
+		p.metrics.ProbeDuration.WithLabelValues(label).Observe(p.clock.Since(start).Seconds())
 		next[i] = answer(g, err)
 		if next[i] != nil {
-			metrics.ProbeErrors.WithLabelValues(label, next[i].reason).Inc()
+			p.metrics.ProbeErrors.WithLabelValues(label, next[i].reason).Inc()
 		}
-		metrics.GateReady.WithLabelValues(label).Set(boolToFloat(next[i] == nil))
+		p.metrics.GateReady.WithLabelValues(label).Set(boolToFloat(next[i] == nil))
 	}
 
 	p.mu.Lock()

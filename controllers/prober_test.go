@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -49,7 +50,7 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = gate.Close() }()
-	p := newProber([]gates.Probed{gate}, time.Hour, "n1", "", clock.RealClock{})
+	p := newProber([]gates.Probed{gate}, time.Hour, "n1", "", clock.RealClock{}, metrics.Default())
 	ctx := context.Background()
 
 	probe := func(want string) {
@@ -113,7 +114,7 @@ func TestAFileIsSeenAtOnceWithoutWaitingForAProbeTick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProber([]gates.Probed{g}, time.Hour, "n1", "", clock.RealClock{})
+	p := newProber([]gates.Probed{g}, time.Hour, "n1", "", clock.RealClock{}, metrics.Default())
 	var done <-chan error
 	// Registered first, so it runs after startRunnable has stopped the prober.
 	t.Cleanup(func() {

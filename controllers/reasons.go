@@ -90,8 +90,8 @@ func (l *gateLog) update(logger logr.Logger, gate string, gerr *gateError) bool 
 
 // report records the result of a gate of group that the reconcile checks itself: it logs a
 // change (update) and sets the gate's metric, and returns gerr.
-func (l *gateLog) report(ctx context.Context, group, gate string, gerr *gateError) *gateError {
+func (l *gateLog) report(ctx context.Context, m *metrics.Metrics, group, gate string, gerr *gateError) *gateError {
 	l.update(log.FromContext(ctx), gate, gerr)
-	metrics.GateReady.WithLabelValues(gateLabel(group, gate)).Set(boolToFloat(gerr == nil))
+	m.GateReady.WithLabelValues(gateLabel(group, gate)).Set(boolToFloat(gerr == nil))
 	return gerr
 }

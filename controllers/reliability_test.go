@@ -86,7 +86,7 @@ var _ = Describe("Reliability", func() {
 		})
 
 		Eventually(func() float64 {
-			return testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultForbidden))
+			return testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultForbidden))
 		}).Should(BeNumerically(">=", 3), "retried")
 		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonRemovalFailed))
 		Expect(logs.count("not allowed to remove startup taints")).To(Equal(1), "one clear error, not one per retry")
@@ -104,7 +104,7 @@ var _ = Describe("Reliability", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(nodeTaints(g, ctx, nodeName)).NotTo(ContainElement(taint))
 		}, time.Minute).Should(Succeed())
-		Expect(testutil.ToFloat64(metrics.Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
+		Expect(testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))).To(Equal(1.0))
 	})
 
 	It("keeps every other writer's last write while two agents and many writers race on one Node", func(ctx SpecContext) {

@@ -43,8 +43,8 @@ func (e *episodeTest) node() *corev1.Node {
 func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlapping(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-r1", startup, foreign))
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints, r.RetaintAfter = retaintSpecs, 30*time.Second })
-	added := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded))
-	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded))
+	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString()))
 	e.ready(true)
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal TaintRemoved")
@@ -68,7 +68,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
 		"flip gate: driver reports not ready for 30s; it comes off once every gate has passed for 30s")
-	if got := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded)) - added; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded)) - added; got != 1 {
 		t.Fatalf(`startup_taint_retaints_total{result="added"} rose by %v, want 1`, got)
 	}
 	e.reconcile() // the watch shows the taint: the agent's own write is no taint that came back
@@ -102,7 +102,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	if got := e.node().Annotations[RemovedAnnotation]; got != "example.com/agent-not-ready:NoExecute,example.com/agent-not-ready:NoSchedule" {
 		t.Fatalf("%s = %q, want both the startup taint and the one put back", RemovedAnnotation, got)
 	}
-	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 0 {
+	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 0 {
 		t.Fatalf("startup_taint_readded_total rose by %v for the agent's own re-taint, want 0", got)
 	}
 }
@@ -138,12 +138,12 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 		r.Groups[0].Taints, r.RetaintAfter, r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
 	})
 	e.clock.Step(time.Hour)
-	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString()))
+	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString()))
 	e.reconcile()
 	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v: the maximum wait forced off a taint that came back", got)
 	}
-	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 1 {
 		t.Fatalf("startup_taint_readded_total rose by %v, want 1: to this process the taint came back", got)
 	}
 	e.ready(true)
@@ -170,7 +170,7 @@ func TestDryRunReportsTheRetaintOncePerOutageAndNeverPatches(t *testing.T) {
 	})
 	// Long after the Node registered, so that its missing taints are no news.
 	e.clock.Step(RegistrationWindow)
-	would := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun))
+	would := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun))
 	for range 2 {
 		e.ready(false)
 		e.reconcile()
@@ -185,7 +185,7 @@ func TestDryRunReportsTheRetaintOncePerOutageAndNeverPatches(t *testing.T) {
 	if patches != 0 {
 		t.Fatalf("%d patches in a dry run", patches)
 	}
-	if got := testutil.ToFloat64(metrics.Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun)) - would; got != 2 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultDryRun)) - would; got != 2 {
 		t.Fatalf(`startup_taint_retaints_total{result="dry_run"} rose by %v, want 2 (one per outage)`, got)
 	}
 }

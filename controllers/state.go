@@ -12,13 +12,9 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// RemovedAnnotation lists, comma-separated, the startup taint specs (KEY[:EFFECT]) that agents
-// have removed from this Node at least once, in the order they were removed. It is written in the
-// same patch that removes them, so
-// an agent that starts later (a DaemonSet rollout) knows that a taint it finds was re-added, not
-// there since the Node's registration; a Node re-created under the same name starts without it.
-// The admission policy lets the agent append its own specs to it, each once and only in the patch
-// that removes them, and change nothing else.
+// RemovedAnnotation lists, comma-separated and in order, the startup taints (KEY[:EFFECT]) agents
+// have removed from this Node at least once, written in the patch that removes them: an agent that
+// starts later knows a taint it finds came back. The admission policy lets it only append its own.
 const RemovedAnnotation = "startup-taint-remover.github.io/removed"
 
 // RegistrationWindow is how young a Node must be, when the agent first sees it without a group's
@@ -157,8 +153,8 @@ type verdict struct {
 }
 
 // judge records the gates' verdict: notReady is the first gate that does not pass, readySince
-// when the gates reported to have all started passing. A verdict held longer than DURATION is
-// what continuous mode acts on.
+// when the gates reported to have all started passing. Continuous mode acts on a verdict held
+// longer than --retaint-after.
 func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdict {
 	switch {
 	case notReady == nil:

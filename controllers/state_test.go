@@ -139,8 +139,8 @@ func expectEvents(t *testing.T, got []string, want ...string) {
 
 func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-1", startup))
-	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key))
-	count, sum := histogram(t, metrics.RemovalSeconds)
+	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(startup.Key))
+	count, sum := histogram(t, metrics.Default().RemovalSeconds)
 
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
@@ -150,7 +150,7 @@ func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
 	e.ready(true)
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal TaintRemoved Removed startup taints [example.com/agent-not-ready:NoExecute], 1m30s after the node was created")
-	if c, s := histogram(t, metrics.RemovalSeconds); c != count+1 || s-sum != 90 {
+	if c, s := histogram(t, metrics.Default().RemovalSeconds); c != count+1 || s-sum != 90 {
 		t.Fatalf("removal histogram gained %d samples summing %v, want 1 of 90s", c-count, s-sum)
 	}
 
@@ -165,10 +165,10 @@ func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
 	expectEvents(t, e.events(),
 		"Normal WaitingForDriver Holding startup taints",
 		"Normal TaintRemovedAgain Startup taints [example.com/agent-not-ready:NoExecute] came back and were removed again after 5s")
-	if c, _ := histogram(t, metrics.RemovalSeconds); c != count+1 {
+	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c != count+1 {
 		t.Fatalf("a re-added taint's removal was counted as the node's first")
 	}
-	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
 		t.Fatalf("startup_taint_readded_total rose by %v, want 1", got)
 	}
 }
@@ -229,8 +229,8 @@ func TestANewProcessKnowsTheNodesFirstRemovalFromTheNode(t *testing.T) {
 	}
 
 	// A restart (a new reconciler, no memory), then the taint is re-added.
-	count, _ := histogram(t, metrics.RemovalSeconds)
-	readded := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key))
+	count, _ := histogram(t, metrics.Default().RemovalSeconds)
+	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(startup.Key))
 	e.setTaints(startup)
 	restarted := newTestReconciler(t, e.c)
 	recorder := restarted.Recorder.(*events.FakeRecorder)
@@ -241,10 +241,10 @@ func TestANewProcessKnowsTheNodesFirstRemovalFromTheNode(t *testing.T) {
 		t.Fatalf("%d events, want 1", len(recorder.Events))
 	}
 	expectEvents(t, []string{<-recorder.Events}, "Normal TaintRemovedAgain")
-	if c, _ := histogram(t, metrics.RemovalSeconds); c != count {
+	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c != count {
 		t.Fatal("after a restart, a re-added taint's removal was counted as the node's first")
 	}
-	if got := testutil.ToFloat64(metrics.Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(startup.Key)) - readded; got != 1 {
 		t.Fatalf("startup_taint_readded_total rose by %v, want 1", got)
 	}
 }
@@ -265,10 +265,10 @@ func TestANodeRecreatedUnderTheSameNameStartsAfresh(t *testing.T) {
 	if err := e.c.Create(context.Background(), testNode("uid-5", startup)); err != nil {
 		t.Fatal(err)
 	}
-	count, _ := histogram(t, metrics.RemovalSeconds)
+	count, _ := histogram(t, metrics.Default().RemovalSeconds)
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal TaintRemoved Removed")
-	if c, _ := histogram(t, metrics.RemovalSeconds); c != count+1 {
+	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c != count+1 {
 		t.Fatal("the re-created Node's first removal was not counted")
 	}
 }
@@ -276,8 +276,8 @@ func TestANodeRecreatedUnderTheSameNameStartsAfresh(t *testing.T) {
 func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-6", startup))
 	e.r.MaxWait = 10 * time.Minute
-	forced := testutil.ToFloat64(metrics.ForcedRemovals.WithLabelValues(startup.Key))
-	count, sum := histogram(t, metrics.RemovalSeconds)
+	forced := testutil.ToFloat64(metrics.Default().ForcedRemovals.WithLabelValues(startup.Key))
+	count, sum := histogram(t, metrics.Default().RemovalSeconds)
 
 	e.clock.Step(4 * time.Minute)
 	res, err := e.r.Reconcile(context.Background(), nodeRequest)
@@ -290,10 +290,10 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	e.reconcile()
 	expectEvents(t, e.events(), "Warning TaintRemovedUnready Removed startup taints [example.com/agent-not-ready:NoExecute] "+
 		"after the maximum wait (10m0s after the node was created) although flip gate: driver reports not ready")
-	if got := testutil.ToFloat64(metrics.ForcedRemovals.WithLabelValues(startup.Key)) - forced; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().ForcedRemovals.WithLabelValues(startup.Key)) - forced; got != 1 {
 		t.Fatalf("startup_taint_forced_removals_total rose by %v, want 1", got)
 	}
-	if c, s := histogram(t, metrics.RemovalSeconds); c != count+1 || s-sum != 600 {
+	if c, s := histogram(t, metrics.Default().RemovalSeconds); c != count+1 || s-sum != 600 {
 		t.Fatalf("the forced removal is the node's first removal: want one sample of 600s, got %d summing %vs", c-count, s-sum)
 	}
 	node := &corev1.Node{}
@@ -332,7 +332,7 @@ func TestDryRunReportsOncePerEpisodeAndNeverPatches(t *testing.T) {
 		},
 	})
 	e.r.DryRun = true
-	wouldRemove := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultDryRun))
+	wouldRemove := testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(startup.Key, metrics.ResultDryRun))
 	e.ready(true)
 	e.reconcile()
 	e.reconcile()
@@ -347,7 +347,7 @@ func TestDryRunReportsOncePerEpisodeAndNeverPatches(t *testing.T) {
 	if patches != 0 {
 		t.Fatalf("%d patches in a dry run", patches)
 	}
-	if got := testutil.ToFloat64(metrics.Removals.WithLabelValues(startup.Key, metrics.ResultDryRun)) - wouldRemove; got != 2 {
+	if got := testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(startup.Key, metrics.ResultDryRun)) - wouldRemove; got != 2 {
 		t.Fatalf(`startup_taint_removals_total{result="dry_run"} rose by %v, want 2 (one per episode)`, got)
 	}
 }
@@ -399,7 +399,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 		{name: "a Node just inside the window", node: testNode("uid-r5"), age: RegistrationWindow - time.Second, reported: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			metrics.MissingAtRegistration.Reset()
+			metrics.Default().MissingAtRegistration.Reset()
 			e := newEpisodeTest(t, tc.node)
 			e.clock.Step(tc.age)
 			e.ready(false)
@@ -416,7 +416,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 				}
 			}
 			expectEvents(t, got, want...)
-			if got := testutil.ToFloat64(metrics.MissingAtRegistration.WithLabelValues(startup.Key)); got != boolToFloat(tc.reported) {
+			if got := testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(startup.Key)); got != boolToFloat(tc.reported) {
 				t.Fatalf("startup_taint_missing_at_registration = %v, want %v", got, boolToFloat(tc.reported))
 			}
 

@@ -149,8 +149,8 @@ var _ = Describe("conditions-only installs", func() {
 				own := newNode(ctx)
 				gate := &expectations.Switch{}
 				gate.Set(false)
-				metrics.RemovalRefused.Set(1)
-				metrics.Confined.Set(0)
+				metrics.Default().RemovalRefused.Set(1)
+				metrics.Default().Confined.Set(0)
 				// Required, as the binary's default: the condition is written only once the policy
 				// refuses the check's condition that is not the agent's own.
 				confinement := controllers.NewConfinementCheck(true)
@@ -170,8 +170,8 @@ var _ = Describe("conditions-only installs", func() {
 					return ""
 				}
 				Eventually(status).Should(Equal(corev1.ConditionFalse))
-				Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(1.0), "the policy refuses a condition not its own")
-				Eventually(func() float64 { return testutil.ToFloat64(metrics.RemovalRefused) }).Should(BeZero(),
+				Expect(testutil.ToFloat64(metrics.Default().Confined)).To(Equal(1.0), "the policy refuses a condition not its own")
+				Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().RemovalRefused) }).Should(BeZero(),
 					"its dry-run condition write is admitted: it is ready")
 				gate.Set(true)
 				Eventually(status).Should(Equal(corev1.ConditionTrue))

@@ -477,7 +477,7 @@ var _ = Describe("the rendered installs", func() {
 
 			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {
 				name := newNode(ctx)
-				metrics.Confined.Set(0)
+				metrics.Default().Confined.Set(0)
 				confinement := controllers.NewConfinementCheck(true)
 				done := startAgent(a.config(name), name, a.taints, confinement)
 				Eventually(func(g Gomega) {
@@ -490,7 +490,7 @@ var _ = Describe("the rendered installs", func() {
 					g.Expect(node.Annotations).To(HaveKeyWithValue("note", "n"))
 					g.Expect(strings.Split(node.Annotations[controllers.RemovedAnnotation], ",")).To(ConsistOf(a.removedSpecs()))
 				}).Should(Succeed())
-				Eventually(func() float64 { return testutil.ToFloat64(metrics.Confined) }).Should(Equal(1.0))
+				Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Confined) }).Should(Equal(1.0))
 				Eventually(func(g Gomega) {
 					list := &eventsv1.EventList{}
 					g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
@@ -1062,8 +1062,8 @@ var _ = Describe("the rendered installs", func() {
 					gate := &expectations.Switch{}
 					conditionType := a.ownCondition()
 					back := corev1.Taint{Key: a.taints[0].Key, Effect: corev1.TaintEffectNoSchedule}
-					forbidden := testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
-					refusedConditions := testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden))
+					forbidden := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
+					refusedConditions := testutil.ToFloat64(metrics.Default().ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden))
 					startAgent(a.config(name), name, a.taints, nil, func(r *controllers.NodeReconciler) {
 						r.Groups[0].Gates, r.Groups[0].ConditionType, r.RetaintAfter = []gates.Gate{gate}, conditionType, time.Second
 					})
@@ -1083,7 +1083,7 @@ var _ = Describe("the rendered installs", func() {
 						wantTaints = []corev1.Taint{other, back}
 					} else {
 						Eventually(func() float64 {
-							return testutil.ToFloat64(metrics.Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden)) - forbidden
+							return testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden)) - forbidden
 						}).Should(BeNumerically(">=", 1))
 					}
 					conditions := ConsistOf(And(HaveField("Type", corev1.NodeConditionType(conditionType)),
@@ -1091,7 +1091,7 @@ var _ = Describe("the rendered installs", func() {
 					if a.conditionType == "" {
 						conditions = BeEmpty()
 						Eventually(func() float64 {
-							return testutil.ToFloat64(metrics.ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden)) -
+							return testutil.ToFloat64(metrics.Default().ConditionWrites.WithLabelValues(string(corev1.ConditionTrue), metrics.ResultForbidden)) -
 								refusedConditions
 						}).Should(BeNumerically(">=", 1))
 					}
@@ -1438,7 +1438,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 
 	It("finds an admin not confined, warns with an event, and keeps working", func(ctx SpecContext) {
 		node := newUnconfinedNode(ctx, "unconfined-node")
-		metrics.Confined.Set(1)
+		metrics.Default().Confined.Set(1)
 		done := startAgent(cfg, node.Name, specs, controllers.NewConfinementCheck(false))
 		Eventually(func(g Gomega) {
 			list := &eventsv1.EventList{}
@@ -1447,7 +1447,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 				HaveField("Reason", controllers.ReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Regarding.Name", node.Name))))
 		}).Should(Succeed())
-		Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(0.0))
+		Expect(testutil.ToFloat64(metrics.Default().Confined)).To(Equal(0.0))
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
 			g.Expect(controllers.MatchingTaints(node.Spec.Taints, specs)).To(BeEmpty())
@@ -1458,7 +1458,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 
 	It("holds every write, says why and is not ready, when confinement is required, and keeps running", func(ctx SpecContext) {
 		node := newUnconfinedNode(ctx, "unconfined-required-node")
-		metrics.Confined.Set(1)
+		metrics.Default().Confined.Set(1)
 		confinement := controllers.NewConfinementCheck(true)
 		done := startAgent(cfg, node.Name, specs, confinement, func(r *controllers.NodeReconciler) {
 			r.Groups[0].ConditionType = "example.com/AgentReady"
@@ -1471,7 +1471,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 				HaveField("Regarding.Name", node.Name),
 				HaveField("Note", ContainSubstring("confinement is required: it removes no startup taint and writes nothing")))))
 		}).Should(Succeed())
-		Expect(testutil.ToFloat64(metrics.Confined)).To(Equal(0.0))
+		Expect(testutil.ToFloat64(metrics.Default().Confined)).To(Equal(0.0))
 		Expect(confinement.Ready(nil)).To(MatchError(ContainSubstring("confinement is required")))
 		Consistently(func(g Gomega) {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
