@@ -109,7 +109,9 @@ var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.Ever
 			slice(nodeName+"-elsewhere", driver, nodeName+"-other", 2)
 			slice(nodeName+"-nic", "nic.example.com", nodeName, 2)
 			own := slice(nodeName+"-gpu", driver, nodeName, 0)
-			Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("resourceslice")) }).Should(Equal(0.0))
+			Eventually(func() float64 {
+				return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("resourceslice"))
+			}).Should(Equal(0.0))
 			Consistently(holds, "1s").WithContext(ctx).Should(Succeed())
 
 			By("the driver publishing its first device for this node")

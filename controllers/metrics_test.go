@@ -13,7 +13,7 @@ import (
 // one whose taint is gone reports it absent, the other's still present.
 func TestEachReconcilerReportsIntoItsOwnRegisterer(t *testing.T) {
 	registries := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	var reconcilers []*NodeReconciler
+	reconcilers := make([]*NodeReconciler, 0, len(registries))
 	for i, reg := range registries {
 		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()
 		r := newTestReconciler(t, c)

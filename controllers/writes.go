@@ -25,7 +25,8 @@ func writeTaints(ctx context.Context, c client.Client, orig, node *corev1.Node, 
 // writeCondition sends want into node's status as a strategic merge patch that carries only
 // want: conditions merge by type, so it cannot undo a concurrent write of kubelet's own
 // conditions, and needs no resourceVersion lock.
-func writeCondition(ctx context.Context, c client.Client, node *corev1.Node, want corev1.NodeCondition, opts ...client.SubResourcePatchOption) error {
+func writeCondition(ctx context.Context, c client.Client, node *corev1.Node, want corev1.NodeCondition,
+	opts ...client.SubResourcePatchOption) error {
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{want}}})
 	if err != nil {
 		return fmt.Errorf("encoding condition %s: %w", want.Type, err)
