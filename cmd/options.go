@@ -175,43 +175,14 @@ func (f optionalDuration) Set(v string) error {
 // nameSetting is the setting of a group of --config that names it; it is not a flag.
 const nameSetting = "name"
 
-// groupFlags are the flags that describe one group, in the command line's group and in each group
-// of --config.
-var groupFlags = []string{"taint", "csi-address", "require-csinode", "require-allocatable", "ready-url", "ready-container",
-	"ready-file", "require-resource", "require-resourceslice", "require-condition", "require-pod", "condition-type"}
-
-// bindGroupFlags defines the flags of groupFlags on fs, into g.
+// bindGroupFlags defines a group's flags on fs, into g: its taints, each gate kind's, its condition type.
 func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
 	fs.Var(listFlag[controllers.TaintSpec]{items: &g.taints, parse: parseTaint, sep: ","}, "taint",
 		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
 			"Default with --csi-address: <driver name>/agent-not-ready.")
-	fs.StringVar(&g.csiAddress, "csi-address", "",
-		"Absolute path of the CSI driver's Unix socket (unix:// prefix allowed). The driver must answer Identity/Probe.")
-	fs.BoolVar(&g.requireCSINode, "require-csinode", true,
-		"With --csi-address, also wait until kubelet has registered the driver in this node's CSINode.")
-	fs.BoolVar(&g.requireAllocatable, "require-allocatable", false,
-		"Also wait until the driver's CSINode entry has allocatable.count (the attach limit).")
-	fs.StringVar(&g.readyURL, "ready-url", "",
-		"http(s) URL of a local health endpoint; any 2xx answer means ready.")
-	fs.StringVar(&g.readyContainer, "ready-container", "",
-		"A gate that passes while the container of this name in the agent's own Pod is ready (kubelet's readiness probe); "+
-			"the Pod is named by the POD_NAME and POD_NAMESPACE environment variables (downward API).")
-	fs.Var(listFlag[gates.ResourceRequirement]{items: &g.requireResources, parse: gates.ParseResourceRequirement}, "require-resource",
-		"A gate that passes while the Node's status.allocatable has at least MIN of the resource, as NAME[=MIN] (MIN 1 when left out), "+
-			"as a device plugin advertises it through kubelet; repeatable.")
-	fs.Var(listFlag[string]{items: &g.readyFiles, parse: parseFilePattern}, "ready-file",
-		"A gate that passes while a regular, non-empty file matches this absolute path, whose file name may be a glob "+
-			"(a CNI agent's /etc/cni/net.d/*.conflist); repeatable, every pattern must match. Its directory is watched.")
-	fs.Var(listFlag[string]{items: &g.resourceSlices, parse: parseDriverName}, "require-resourceslice",
-		"A gate that passes while this Dynamic Resource Allocation driver has published a ResourceSlice for this node "+
-			"with at least one device; repeatable.")
-	fs.Var(listFlag[gates.ConditionRequirement]{items: &g.conditions, parse: gates.ParseConditionRequirement}, "require-condition",
-		"A gate that passes while the Node has this condition with this status, as TYPE[=STATUS] (STATUS True when left out), "+
-			"as Node Problem Detector, a cloud controller or another agent publishes it; repeatable.")
-	fs.Var(listFlag[gates.PodRequirement]{items: &g.pods, parse: gates.ParsePodRequirement}, "require-pod",
-		"A gate that passes while a pod on this node in NAMESPACE whose labels match LABEL_SELECTOR is Ready, as "+
-			"NAMESPACE/LABEL_SELECTOR (kube-system/k8s-app=cilium): another DaemonSet's agent; repeatable. "+
-			"Needs a Role that lets the agent read pods in that namespace.")
+	for _, k := range gateKinds {
+		k.bind(fs, g)
+	}
 	fs.StringVar(&g.conditionType, "condition-type", "",
 		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
 			"written to the Node's status when it changes; empty (the default) is off.")

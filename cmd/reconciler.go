@@ -7,17 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
-
-// gateFlags are the group flags that each add a gate, in the order their gates are checked; a
-// group without any has no readiness gate.
-var gateFlags = []string{"csi-address", "ready-url", "ready-file", "ready-container", "require-resource",
-	"require-resourceslice", "require-condition", "require-pod"}
 
 // builtGroup is a group's configuration with, by gate, the setting that made it, so that an error
 // the reconciler finds in a gate names that setting.
@@ -46,43 +40,14 @@ func (o *options) newReconciler() (*controllers.NodeReconciler, []builtGroup) {
 	return r, built
 }
 
-// buildGroup makes the gates of one group of taints, in the order of gateFlags.
+// buildGroup makes the gates of one group of taints, in the order of gateKinds.
 func (o *options) buildGroup(g groupOptions) builtGroup {
 	b := builtGroup{Group: controllers.Group{Name: g.name, Taints: g.taints, ConditionType: g.conditionType}}
 	add := func(setting string, gate gates.Gate) {
 		b.Gates, b.settings = append(b.Gates, gate), append(b.settings, setting)
 	}
-	if g.csiAddress != "" {
-		// Only an empty path fails, and validateGroup has refused a relative one.
-		csi, _ := gates.NewCSIGate(g.csiAddress, o.probeTimeout)
-		add("csi-address", csi)
-		if g.requireCSINode {
-			add("require-csinode", gates.NewCSINodeGate(o.nodeName, csi, g.requireAllocatable))
-		}
-	}
-	if g.readyURL != "" {
-		add("ready-url", gates.NewHTTPGate(g.readyURL, o.probeTimeout))
-	}
-	if len(g.readyFiles) > 0 {
-		// Each pattern was checked by the same constructor as it was parsed.
-		file, _ := gates.NewFileGate(g.readyFiles...)
-		add("ready-file", file)
-	}
-	if g.readyContainer != "" {
-		pod := types.NamespacedName{Namespace: o.podNamespace, Name: o.podName}
-		add("ready-container", gates.NewContainerGate(o.nodeName, pod, g.readyContainer))
-	}
-	if len(g.requireResources) > 0 {
-		add("require-resource", gates.NewResourceGate(g.requireResources...))
-	}
-	if len(g.resourceSlices) > 0 {
-		add("require-resourceslice", gates.NewResourceSliceGate(o.nodeName, g.resourceSlices...))
-	}
-	if len(g.conditions) > 0 {
-		add("require-condition", gates.NewNodeConditionGate(g.conditions...))
-	}
-	if len(g.pods) > 0 {
-		add("require-pod", gates.NewPodGate(o.nodeName, g.pods...))
+	for _, k := range gateKinds {
+		k.build(o, g, add)
 	}
 	return b
 }
