@@ -37,9 +37,6 @@ const PolicyMessagePrefix = "the startup-taint-remover "
 // policy must refuse.
 const ConfinementProbeLabel = "startup-taint-remover.github.io/confinement-check"
 
-// ReasonNotConfined is the event reason when no admission policy judges the agent.
-const ReasonNotConfined = "NotConfined"
-
 // Outcomes of a confinement check.
 const (
 	// Confined: the admission policy refused the dry-run change.
@@ -333,13 +330,13 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		if c.Require {
 			logger.Error(nil, "no admission policy judges this agent, and confinement is required: it removes nothing and writes nothing "+
 				"until one does. "+why)
-			c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNotConfined, "CheckConfinement",
+			c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
 				"No admission policy judges this agent (a dry-run change it must never make was admitted), and confinement is "+
 					"required: it removes no startup taint and writes nothing until one does. %s", why)
 			return
 		}
 		logger.Info("confinement is not required (--require-confinement=false): this agent runs with no admission policy judging it")
-		c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonNotConfined, "CheckConfinement",
+		c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
 			"No admission policy judges this agent (a dry-run change it must never make was admitted), and it runs anyway "+
 				"(--require-confinement=false): it could change any Node its RBAC allows.")
 	}
@@ -358,13 +355,6 @@ func (c *ConfinementCheck) notConfinedWhy() string {
 		"to its service account."
 }
 
-// ReasonRemovalRefused is the event reason when the API server refuses the agent's dry-run
-// removal of its startup taints; ReasonRemovalAdmitted, when it admits it again.
-const (
-	ReasonRemovalRefused  = "RemovalRefused"
-	ReasonRemovalAdmitted = "RemovalAdmitted"
-)
-
 // reportRemoval sets the gauge on every answer, and logs and records an event only when the
 // answer changes: refused, refused for another reason, or admitted after a refusal.
 func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node, refusal error) {
@@ -381,7 +371,7 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 	if refusal == nil {
 		if wasRefused {
 			logger.Info("the API server admits this agent's removal of its startup taints again; the agent is ready")
-			c.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonRemovalAdmitted, "CheckRemoval",
+			c.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonRemovalAdmitted, "CheckRemoval",
 				"The API server admits this agent's removal of its startup taints again (a dry run of its patch); the agent is ready")
 		}
 		return
@@ -393,5 +383,5 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 		"so it is not ready: %s. Check %s"
 	// A policy's refusal quotes its CEL expression over several lines; one line reads better.
 	quoted := elide(strings.Join(strings.Fields(refusal.Error()), " "), maxNote-len(format)-len(advice))
-	c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
+	c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
 }

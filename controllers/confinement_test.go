@@ -185,8 +185,8 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	startRunnable(t, check.Start)
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
-	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+ReasonNotConfined) {
-		t.Errorf("event %q, want a %s warning", ev, ReasonNotConfined)
+	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+EventReasonNotConfined) {
+		t.Errorf("event %q, want a %s warning", ev, EventReasonNotConfined)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Confined); got != 0 {
 		t.Errorf("startup_taint_confined = %v, want 0", got)
@@ -216,7 +216,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
 	ev := <-recorder.Events
-	for _, want := range []string{"Warning " + ReasonNotConfined, "confinement is required: it removes no startup taint",
+	for _, want := range []string{"Warning " + EventReasonNotConfined, "confinement is required: it removes no startup taint",
 		"The API server runs v1.32.13, and the shipped admission policy needs Kubernetes 1.33 or later"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("event %q lacks %q", ev, want)
@@ -480,7 +480,7 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 
 	eventually(t, "the RemovalRefused warning", func() bool { return len(recorder.Events) == 1 })
 	ev := <-recorder.Events
-	for _, want := range []string{"Warning " + ReasonRemovalRefused, "retaintKeys", "google.protobuf.Duration",
+	for _, want := range []string{"Warning " + EventReasonRemovalRefused, "retaintKeys", "google.protobuf.Duration",
 		"admission policy startup-taint-remover-own-node-only", "--retaint-after"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("event %q lacks %q", ev, want)
@@ -505,8 +505,8 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	api.refuseRemoval(nil)
 	clock.Step(2 * time.Second)
 	eventually(t, "the RemovalAdmitted event", func() bool { return len(recorder.Events) == 1 })
-	if ev := <-recorder.Events; !strings.Contains(ev, "Normal "+ReasonRemovalAdmitted) {
-		t.Errorf("event %q, want %s", ev, ReasonRemovalAdmitted)
+	if ev := <-recorder.Events; !strings.Contains(ev, "Normal "+EventReasonRemovalAdmitted) {
+		t.Errorf("event %q, want %s", ev, EventReasonRemovalAdmitted)
 	}
 	if err := check.Ready(nil); err != nil {
 		t.Errorf("Ready() = %v once admitted, want nil", err)

@@ -103,7 +103,7 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 			driver.SetReadiness(fakecsi.NotReady)
 			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(Equal([]corev1.Taint{retaint})) }).
 				WithContext(ctx).Should(Succeed())
-			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintAddedBack))
+			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintAddedBack))
 
 			By("the driver flapping faster than the hold time: the taint stays on")
 			flapping, stop := make(chan struct{}), make(chan struct{})

@@ -8,11 +8,39 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
+// Event reasons: what the agent says happened, in the events it records on its Node. They are
+// neither the gates' reason classes (gates.Reason*, in metrics, logs and notes) nor the reasons of
+// its Node condition (ConditionReasonGatesPass, or the failing gate's title).
+const (
+	EventReasonTaintRemoved        = "TaintRemoved"
+	EventReasonTaintRemovedAgain   = "TaintRemovedAgain"
+	EventReasonTaintRemovedUnready = "TaintRemovedUnready"
+	EventReasonRemovalFailed       = "RemovalFailed"
+	EventReasonWouldRemoveTaint    = "WouldRemoveTaint"
+	EventReasonTaintAddedBack      = "TaintAddedBack"
+	EventReasonWouldAddTaint       = "WouldAddTaint"
+	// EventReasonWaitingForDriver: a driver's gate (gates.WaitsForDriver) holds the taints;
+	// EventReasonWaitingForAgent: another node agent's (an endpoint, a file, a pod, a condition).
+	EventReasonWaitingForDriver = "WaitingForDriver"
+	EventReasonWaitingForAgent  = "WaitingForAgent"
+	// EventReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
+	// startup taints (see RegistrationWindow).
+	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
+	// EventReasonNotConfined: no admission policy judges the agent.
+	EventReasonNotConfined = "NotConfined"
+	// EventReasonRemovalRefused: the API server refuses the agent's dry-run removal of its startup
+	// taints; EventReasonRemovalAdmitted: it admits it again.
+	EventReasonRemovalRefused  = "RemovalRefused"
+	EventReasonRemovalAdmitted = "RemovalAdmitted"
+)
+
 // Reporting: what the reconciler's state transitions found becomes metrics, events on the Node
-// and log lines here, and only here.
+// and log lines here. The confinement check reports its own verdicts (confinement.go), and the
+// prober its gates' metrics (prober.go).
 
 // reportObservation sets the presence gauges, and reports taints that came back and a Node that
 // registered without the group's startup taints (startup: specs less continuous mode's).
@@ -24,7 +52,7 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 		list := specStrings(startup)
 		log.FromContext(ctx).Info("the node registered without its startup taints: pods could be scheduled on it "+
 			"before its node agent was ready; register the node pool's nodes with them", "taints", list)
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRegisteredWithoutTaint, "CheckRegistration",
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRegisteredWithoutTaint, "CheckRegistration",
 			"Node registered without the startup taints %s: pods could be scheduled before its node agent was ready, "+
 				"and fail (a CSI volume: driver not found). Register the node pool's nodes with the taints", list)
 		for _, key := range list {
@@ -45,7 +73,11 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, gerr *gateError, first bool) {
 	log.FromContext(ctx).V(4).Info("holding startup taints", "gate", gerr.gate, "reason", gerr.reason)
 	if first {
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWaitingForDriver, "WaitForReadiness",
+		reason := EventReasonWaitingForAgent
+		if gates.WaitsForDriver(gerr.gate) {
+			reason = EventReasonWaitingForDriver
+		}
+		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "WaitForReadiness",
 			"Holding startup taints: %s", gerr.Error())
 	}
 }
@@ -73,7 +105,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
 			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason,
 			"sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonTaintRemovedUnready, "RemoveTaint",
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintRemovedUnready, "RemoveTaint",
 			"Removed startup taints %v after the maximum wait (%s after the node was created) although %s",
 			rem.taints, rem.sinceCreation.Round(time.Second), rem.unready.Error())
 		return
@@ -81,12 +113,12 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 	if rem.again {
 		held := rem.heldFor.Round(time.Millisecond)
 		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemovedAgain, "RemoveTaint",
+		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemovedAgain, "RemoveTaint",
 			"Startup taints %v came back and were removed again after %s", rem.taints, held)
 		return
 	}
 	logger.Info("removed startup taints", "taints", rem.taints, "sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonTaintRemoved, "RemoveTaint",
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemoved, "RemoveTaint",
 		"Removed startup taints %v, %s after the node was created", rem.taints, rem.sinceCreation.Round(time.Second))
 }
 
@@ -103,7 +135,7 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 	}
 	taints := taintStrings(held)
 	log.FromContext(ctx).Info("dry run: would remove startup taints", "taints", taints, "why", why)
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWouldRemoveTaint, "RemoveTaint",
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldRemoveTaint, "RemoveTaint",
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
@@ -114,7 +146,7 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonTaintAddedBack, "AddTaint",
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, "AddTaint",
 		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",
 		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
 }
@@ -132,7 +164,7 @@ func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.No
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonWouldAddTaint, "AddTaint",
+	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldAddTaint, "AddTaint",
 		"Dry run: would put startup taint %s back now: %s for %s", spec, v.notReady.Error(), failing.Round(time.Second))
 }
 
@@ -162,7 +194,7 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 		return
 	}
 	const failed = "Could not remove startup taints: "
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRemovalFailed, "RemoveTaint", "%s%s",
+	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalFailed, "RemoveTaint", "%s%s",
 		failed, elide(err.Error(), maxNote-len(failed)))
 	if f.result == metrics.ResultForbidden {
 		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")

@@ -74,8 +74,8 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 	g := newGroupsTest(t, nil)
 	g.reconcile()
 	expectEvents(t, g.events(),
-		"Normal WaitingForDriver Holding startup taints: flip gate of group disk: driver reports not ready",
-		"Normal WaitingForDriver Holding startup taints: flip gate of group file: driver reports not ready")
+		"Normal WaitingForAgent Holding startup taints: flip gate of group disk: driver reports not ready",
+		"Normal WaitingForAgent Holding startup taints: flip gate of group file: driver reports not ready")
 	g.flip(false, true)
 	// Read as 0 before it is set, so only a 1 shows the label is the group's.
 	if got := testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/flip")); got != 1 {

@@ -113,7 +113,7 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 			Expect(node.Spec.Taints).NotTo(hasTaintKey(own.Key))
 		}
 		Expect(node.Annotations).To(HaveKeyWithValue(controllers.RemovedAnnotation, fileTaint.Key+","+diskTaint.Key), "in the order they went")
-		Eventually(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.ReasonTaintRemoved) }).Should(Equal(2))
+		Eventually(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.EventReasonTaintRemoved) }).Should(Equal(2))
 		AddReportEntry("groups race", fmt.Sprintf("%d writes by the racing writer", writes.Load()))
 	})
 })

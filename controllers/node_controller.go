@@ -55,21 +55,6 @@ var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Fa
 // record events only as it.
 const EventSource = "startup-taint-remover"
 
-// Reasons of the events the controller records on its Node.
-const (
-	ReasonTaintRemoved        = "TaintRemoved"
-	ReasonTaintRemovedAgain   = "TaintRemovedAgain"
-	ReasonWaitingForDriver    = "WaitingForDriver"
-	ReasonRemovalFailed       = "RemovalFailed"
-	ReasonTaintRemovedUnready = "TaintRemovedUnready"
-	ReasonWouldRemoveTaint    = "WouldRemoveTaint"
-	ReasonTaintAddedBack      = "TaintAddedBack"
-	ReasonWouldAddTaint       = "WouldAddTaint"
-	// ReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
-	// startup taints (see RegistrationWindow).
-	ReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
-)
-
 // NodeReconciler removes its groups' startup taints from one Node once every readiness gate of
 // the group passes, and keeps doing so for its whole life: a taint re-added later is removed again
 // on the watch event that shows it.
@@ -112,7 +97,7 @@ type NodeReconciler struct {
 	// ConditionsOnly publishes each group's verdict as its ConditionType condition and never
 	// writes a taint, for clusters where another controller (node-readiness-controller, a
 	// platform's) removes the taint that the condition gates. Every group needs a ConditionType;
-	// the Taints are then only observed (startup_taint_present, ReasonRegisteredWithoutTaint).
+	// the Taints are then only observed (startup_taint_present, EventReasonRegisteredWithoutTaint).
 	ConditionsOnly bool
 	// Recorder records events on the Node. Set by SetupWithManager when nil.
 	Recorder events.EventRecorder

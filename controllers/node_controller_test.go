@@ -105,7 +105,7 @@ var _ = Describe("NodeReconciler", func() {
 			// The deadline counts from creationTimestamp, which has whole seconds.
 			Expect(time.Since(created)).To(BeNumerically(">=", 2*time.Second))
 			Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(other))
-			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedUnready))
+			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemovedUnready))
 		})
 
 		It("reads an unset ready field as ready", func(ctx SpecContext) {

@@ -225,8 +225,8 @@ func TestRefusedBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
 			if len(recorder.Events) != 1 {
 				t.Fatalf("%d events for the same failure, want 1", len(recorder.Events))
 			}
-			if e := <-recorder.Events; !strings.Contains(e, ReasonRemovalFailed) {
-				t.Fatalf("event %q, want %s", e, ReasonRemovalFailed)
+			if e := <-recorder.Events; !strings.Contains(e, EventReasonRemovalFailed) {
+				t.Fatalf("event %q, want %s", e, EventReasonRemovalFailed)
 			}
 		})
 	}

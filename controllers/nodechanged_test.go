@@ -65,7 +65,7 @@ func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
 		r.Groups = []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}
 	})
 	e.reconcile()
-	expectEvents(t, e.events(), "Normal WaitingForDriver Holding startup taints: node-condition gate of group net: "+
+	expectEvents(t, e.events(), "Normal WaitingForAgent Holding startup taints: node-condition gate of group net: "+
 		"node n1 has no condition NetworkUnavailable yet, want False")
 	e.clock.Step(time.Minute)
 	node := &corev1.Node{}

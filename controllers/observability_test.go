@@ -65,7 +65,7 @@ var _ = Describe("Observability", func() {
 		By("holding the taint while the driver is not ready")
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key)) }).Should(Equal(1.0))
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("csi")) }).Should(Equal(0.0))
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonWaitingForDriver))
 		Expect(testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
 
 		By("removing it once the driver is ready and registered")
@@ -84,7 +84,7 @@ var _ = Describe("Observability", func() {
 		// Observed right after the counters move: wait for them.
 		Eventually(func() uint64 { return observed(metrics.Default().RemovalSeconds) }).Should(Equal(firstRemovals+1), "the node's first removal is measured")
 		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 1))
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
 
 		By("counting a re-added taint once and removing it again")
 		Consistently(func() float64 {
@@ -98,7 +98,7 @@ var _ = Describe("Observability", func() {
 		Expect(testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key))).To(Equal(0.0))
 		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 2))
 		Expect(observed(metrics.Default().RemovalSeconds)).To(Equal(firstRemovals+1), "only a node's first removal counts from its creation")
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemovedAgain))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemovedAgain))
 
 		By("exposing well-formed metrics")
 		problems, err := testutil.CollectAndLint(metrics.Default().Present)
@@ -123,13 +123,13 @@ var _ = Describe("Observability", func() {
 		startManager(&controllers.NodeReconciler{NodeName: nodeName,
 			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
 		warnings := func(g Gomega) int {
-			return eventOccurrences(g, ctx, nodeName, controllers.ReasonRegisteredWithoutTaint)
+			return eventOccurrences(g, ctx, nodeName, controllers.EventReasonRegisteredWithoutTaint)
 		}
 		Eventually(warnings).Should(Equal(1))
 		Expect(testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(key))).To(Equal(1.0))
 		By("later changes of the Node, and the taint coming and going, report nothing more")
 		readdTaint(ctx, nodeName, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute})
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
 		Consistently(warnings, time.Second).Should(Equal(1))
 
 		By("a restarted agent on a Node whose taint an agent removed before")
@@ -148,7 +148,7 @@ var _ = Describe("Observability", func() {
 		registerDriver(ctx, nodeName, nil)
 		driver := startDriver(fakecsi.NotReady)
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
-		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.ReasonWaitingForDriver) }
+		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.EventReasonWaitingForDriver) }
 		Eventually(waits).Should(Equal(1))
 		present := metrics.Default().Present.WithLabelValues(startupTaint.Key)
 
@@ -182,12 +182,12 @@ var _ = Describe("Observability", func() {
 		// The reconciler sends at most one WaitingForDriver per gate and reason class while the
 		// taint is held (here csi/not_ready and csinode/not_registered), and the events API folds
 		// repeats into a series: 30 gate changes leave at most 2 occurrences.
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonWaitingForDriver))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonWaitingForDriver))
 		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, "") }).Should(BeNumerically("<=", 2))
 
 		registerDriver(ctx, nodeName, nil)
 		driver.SetReadiness(fakecsi.Ready)
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
 		Expect(eventOccurrences(Default, ctx, nodeName, "")).To(BeNumerically("<=", 3))
 	})
 })

@@ -88,7 +88,7 @@ var _ = Describe("Reliability", func() {
 		Eventually(func() float64 {
 			return testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultForbidden))
 		}).Should(BeNumerically(">=", 3), "retried")
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.ReasonRemovalFailed))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonRemovalFailed))
 		Expect(logs.count("not allowed to remove startup taints")).To(Equal(1), "one clear error, not one per retry")
 		Expect(logs.count("Reconciler error")).To(BeZero())
 		Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(taint))

@@ -19,7 +19,7 @@ const RemovedAnnotation = "startup-taint-remover.github.io/removed"
 
 // RegistrationWindow is how young a Node must be, when the agent first sees it without a group's
 // startup taints and with no record of their removal, for that to be reported as a Node that
-// registered without them (ReasonRegisteredWithoutTaint). An older Node is one the agent was
+// registered without them (EventReasonRegisteredWithoutTaint). An older Node is one the agent was
 // installed on, or restarted on, long after its registration: reporting those would raise one
 // event per node of a fleet at every rollout.
 const RegistrationWindow = 10 * time.Minute

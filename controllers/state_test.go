@@ -144,7 +144,7 @@ func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
 
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	expectEvents(t, e.events(), "Normal WaitingForDriver Holding startup taints: flip gate: driver reports not ready")
+	expectEvents(t, e.events(), "Normal WaitingForAgent Holding startup taints: flip gate: driver reports not ready")
 
 	e.clock.Step(60 * time.Second)
 	e.ready(true)
@@ -163,7 +163,7 @@ func TestEpisodesAreTimedAndReportedExactly(t *testing.T) {
 	e.ready(true)
 	e.reconcile()
 	expectEvents(t, e.events(),
-		"Normal WaitingForDriver Holding startup taints",
+		"Normal WaitingForAgent Holding startup taints",
 		"Normal TaintRemovedAgain Startup taints [example.com/agent-not-ready:NoExecute] came back and were removed again after 5s")
 	if c, _ := histogram(t, metrics.Default().RemovalSeconds); c != count+1 {
 		t.Fatalf("a re-added taint's removal was counted as the node's first")
@@ -185,14 +185,14 @@ func TestAnEpisodeEndedByAnotherWriterIsClosed(t *testing.T) {
 		},
 	})
 	e.reconcile()
-	expectEvents(t, e.events(), "WaitingForDriver")
+	expectEvents(t, e.events(), "WaitingForAgent")
 
 	// Someone else removes the taint; it comes back while the driver is still not ready.
 	e.setTaints()
 	e.reconcile()
 	e.setTaints(startup)
 	e.reconcile()
-	expectEvents(t, e.events(), "WaitingForDriver")
+	expectEvents(t, e.events(), "WaitingForAgent")
 
 	// Forbidden: reported once, backed off from 1 s; the episode ends by another writer, and the
 	// next episode's first forbidden patch is reported again and starts again at 1 s.
@@ -284,7 +284,7 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	if err != nil || res.RequeueAfter != 6*time.Minute {
 		t.Fatalf("Reconcile() = %v, %v; want a requeue at the deadline, 6m later", res, err)
 	}
-	expectEvents(t, e.events(), "WaitingForDriver")
+	expectEvents(t, e.events(), "WaitingForAgent")
 
 	e.clock.Step(6 * time.Minute)
 	e.reconcile()
@@ -411,7 +411,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 			}
 			var got []string
 			for _, ev := range e.events() {
-				if strings.Contains(ev, ReasonRegisteredWithoutTaint) {
+				if strings.Contains(ev, EventReasonRegisteredWithoutTaint) {
 					got = append(got, ev)
 				}
 			}
@@ -427,7 +427,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 			e.setTaints()
 			e.reconcile()
 			for _, ev := range e.events() {
-				if strings.Contains(ev, ReasonRegisteredWithoutTaint) {
+				if strings.Contains(ev, EventReasonRegisteredWithoutTaint) {
 					t.Fatalf("reported again: %q", ev)
 				}
 			}

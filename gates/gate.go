@@ -8,6 +8,7 @@ package gates
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -147,3 +148,11 @@ func ConditionReason(gate Gate) string {
 	}
 	return b.String() + "NotReady"
 }
+
+// driverGates are the gates on a driver that registers with kubelet: a CSI driver (its Probe and
+// CSINode), a DRA driver (its ResourceSlices) and a device plugin (its allocatable resources).
+var driverGates = []string{CSIName, CSINodeName, ResourceSliceName, ResourceName}
+
+// WaitsForDriver reports whether the gate named name waits for a driver, rather than for another
+// node agent (an HTTP endpoint, a file, a pod, a container, a condition).
+func WaitsForDriver(name string) bool { return slices.Contains(driverGates, name) }

@@ -140,7 +140,7 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 			}
 			for _, t := range held {
 				r := Row{Node: node.Name, Taint: t.ToString(), State: StateHeld, Gate: gate, Detail: detail, Install: in.name}
-				put, putBack := events[controllers.ReasonTaintAddedBack]
+				put, putBack := events[controllers.EventReasonTaintAddedBack]
 				switch {
 				case in.retaint[spec] || putBack && slices.Contains(removed, spec.String()):
 					r.State = StatePutBack
@@ -171,7 +171,8 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 func removedRow(node string, spec controllers.TaintSpec, install string, events nodeEvents) Row {
 	r := Row{Node: node, Taint: spec.String(), State: StateRemoved, Install: install}
 	var last *corev1.Event
-	removals := []string{controllers.ReasonTaintRemoved, controllers.ReasonTaintRemovedAgain, controllers.ReasonTaintRemovedUnready}
+	removals := []string{controllers.EventReasonTaintRemoved, controllers.EventReasonTaintRemovedAgain,
+		controllers.EventReasonTaintRemovedUnready}
 	for _, reason := range removals {
 		if e, ok := events[reason]; ok && (last == nil || eventTime(e).After(eventTime(*last))) {
 			last = &e
@@ -179,7 +180,7 @@ func removedRow(node string, spec controllers.TaintSpec, install string, events 
 	}
 	if last != nil {
 		r.Since, r.Detail = timePtr(eventTime(*last)), last.Message
-		if last.Reason == controllers.ReasonTaintRemovedUnready {
+		if last.Reason == controllers.EventReasonTaintRemovedUnready {
 			r.State = StateForced
 		}
 	}
@@ -195,7 +196,8 @@ var eventGate = regexp.MustCompile(`^Holding startup taints: (\S+) gate`)
 var anyGate = regexp.MustCompile(`: (\S+) gate( of group \S+)?: `)
 
 // holdingGate is the gate that holds a Node's taints, and why: from a False condition the agent
-// wrote (it owns the condition in managedFields), else from its last WaitingForDriver event.
+// wrote (it owns the condition in managedFields), else from its last waiting event (WaitingForDriver,
+// WaitingForAgent).
 func holdingGate(node *corev1.Node, events nodeEvents) (gate, detail string) {
 	owned := agentConditions(node)
 	for _, c := range node.Status.Conditions {
@@ -206,13 +208,19 @@ func holdingGate(node *corev1.Node, events nodeEvents) (gate, detail string) {
 			return c.Reason, c.Message
 		}
 	}
-	if e, ok := events[controllers.ReasonWaitingForDriver]; ok {
-		if m := eventGate.FindStringSubmatch(e.Message); m != nil {
-			return m[1], e.Message
+	var last *corev1.Event
+	for _, reason := range []string{controllers.EventReasonWaitingForDriver, controllers.EventReasonWaitingForAgent} {
+		if e, ok := events[reason]; ok && (last == nil || eventTime(e).After(eventTime(*last))) {
+			last = &e
 		}
-		return "", e.Message
 	}
-	return "", ""
+	if last == nil {
+		return "", ""
+	}
+	if m := eventGate.FindStringSubmatch(last.Message); m != nil {
+		return m[1], last.Message
+	}
+	return "", last.Message
 }
 
 // agentConditions are the condition types the agent wrote in the Node's status, as its

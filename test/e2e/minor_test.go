@@ -79,7 +79,7 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			for _, e := range list.Items {
-				if e.Reason == controllers.ReasonNotConfined && e.Regarding.Name == node && e.Type == corev1.EventTypeWarning {
+				if e.Reason == controllers.EventReasonNotConfined && e.Regarding.Name == node && e.Type == corev1.EventTypeWarning {
 					note = e.Note
 				}
 			}

@@ -495,7 +495,7 @@ var _ = Describe("the rendered installs", func() {
 					list := &eventsv1.EventList{}
 					g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 					g.Expect(list.Items).To(ContainElement(And(
-						HaveField("Reason", controllers.ReasonTaintRemoved), HaveField("Regarding.Name", name))))
+						HaveField("Reason", controllers.EventReasonTaintRemoved), HaveField("Regarding.Name", name))))
 				}).Should(Succeed(), "the policy lets it record events about its own Node")
 				Consistently(done, "500ms").ShouldNot(Receive(), "a confined agent keeps running with --require-confinement")
 			})
@@ -1444,7 +1444,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.ReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", controllers.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Regarding.Name", node.Name))))
 		}).Should(Succeed())
 		Expect(testutil.ToFloat64(metrics.Default().Confined)).To(Equal(0.0))
@@ -1467,7 +1467,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.ReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", controllers.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Regarding.Name", node.Name),
 				HaveField("Note", ContainSubstring("confinement is required: it removes no startup taint and writes nothing")))))
 		}).Should(Succeed())
@@ -1529,7 +1529,7 @@ func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *events
 	return &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-", Namespace: namespace},
 		EventTime:  metav1.NowMicro(), ReportingController: controllers.EventSource, ReportingInstance: controllers.EventSource + "-" + node,
-		Action: "RemoveTaint", Reason: controllers.ReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
+		Action: "RemoveTaint", Reason: controllers.EventReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
 	}
 }
 

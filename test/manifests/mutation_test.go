@@ -67,7 +67,7 @@ var _ = Describe("another mutating admission step on Node updates", Ordered, fun
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.ReasonRemovalRefused), HaveField("Regarding.Name", node.Name),
+				HaveField("Reason", controllers.EventReasonRemovalRefused), HaveField("Regarding.Name", node.Name),
 				HaveField("Note", And(ContainSubstring("mutating admission steps on Node updates"),
 					ContainSubstring("changed annotations example.com/last-writer on the way"))))))
 		}).Should(Succeed(), "the agent's warning names the step and the annotation it stamped")
