@@ -42,6 +42,22 @@ const (
 // and log lines here. The confinement check reports its own verdicts (confinement.go), and the
 // prober its gates' metrics (prober.go).
 
+// reportDecision reports what decide found for the plan's group: its driver's CSIDriver, what it
+// observed of the taints, the wait for a gate, and a dry run's change it did not make.
+func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, p *plan) {
+	r.reportCSIDriver(ctx, p.g)
+	r.reportObservation(ctx, node, p.specs, p.g.taintSpecs(0), p.obs)
+	if p.waiting {
+		r.reportWaiting(ctx, node, p.v.notReady, p.firstWait)
+	}
+	if p.wouldRemove {
+		r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), p.v.notReady)
+	}
+	if p.wouldRetaint {
+		r.reportWouldRetaint(ctx, node, RetaintSpec(p.g.Taints), p.v)
+	}
+}
+
 // reportObservation sets the presence gauges, and reports taints that came back and a Node that
 // registered without the group's startup taints (startup: specs less continuous mode's).
 func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []TaintSpec, obs observation) {

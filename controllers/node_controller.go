@@ -328,7 +328,12 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	var errs []error
 	permitted := r.Confinement.Permits()
 	for _, g := range r.running {
-		if p := r.decide(g.logContext(ctx), g, node, now); p != nil && permitted {
+		p := r.decide(g.logContext(ctx), g, node, now)
+		if p == nil {
+			continue
+		}
+		r.reportDecision(g.logContext(ctx), node, p)
+		if permitted {
 			plans = append(plans, p)
 			errs = append(errs, r.publishCondition(g.logContext(ctx), node, p))
 		}
@@ -350,18 +355,15 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	return res, errors.Join(errs...)
 }
 
-// decide observes the group's taints, checks its gates and decides what to change: nil when the
-// group's taints are not known yet.
+// decide observes the group's taints, checks its gates and decides what to change and what to
+// say, which reportDecision says: nil when the group's taints are not known yet.
 func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node, now time.Time) *plan {
 	specs := g.taintSpecs(r.RetaintAfter)
 	if len(specs) == 0 {
 		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
 		return nil
 	}
-	r.reportCSIDriver(ctx, g)
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
-	r.reportObservation(ctx, node, specs, g.taintSpecs(0), obs)
-
 	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
 		notReady: notReady}
@@ -369,7 +371,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 	case r.ConditionsOnly:
 		// The condition is the whole job: another controller owns the taints.
 	case len(obs.held) == 0:
-		r.planRetaint(ctx, node, p)
+		r.planRetaint(p)
 	default:
 		r.planRemoval(ctx, node, p)
 	}
@@ -377,8 +379,8 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 }
 
 // planRemoval decides whether the startup taints the group holds go now: once its gates pass, or
-// once MaxWait has passed. Until then it reports the wait, and asks to be called again at the
-// deadline or when a taint that came back has been held long enough.
+// once MaxWait has passed. Until then it records the wait, for reportDecision to say, and asks to
+// be called again at the deadline or when a taint that came back has been held long enough.
 func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *plan) {
 	now := p.now
 	notReady := p.v.notReady
@@ -389,7 +391,7 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 	if notReady != nil && !p.forced {
 		// Not an error to retry: the prober or a gate's watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
-		r.reportWaiting(ctx, node, notReady, p.g.state.firstWait(notReady))
+		p.waiting, p.firstWait = true, p.g.state.firstWait(notReady)
 		p.requeue = r.untilDeadline(node, now)
 		return
 	}
@@ -399,9 +401,7 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 		return
 	}
 	if r.DryRun {
-		if p.g.state.firstWouldRemove() {
-			r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), notReady)
-		}
+		p.wouldRemove = p.g.state.firstWouldRemove()
 		return
 	}
 	p.remove = true

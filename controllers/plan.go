@@ -28,6 +28,12 @@ type plan struct {
 	// requeue is when to reconcile again for this group, when nothing is written.
 	requeue time.Duration
 
+	// What decide found to say, which reportDecision says once it returns: the wait for notReady
+	// (firstWait: the first in this episode for its gate and reason class), and a dry run's
+	// removal or re-taint that it did not make.
+	waiting, firstWait        bool
+	wouldRemove, wouldRetaint bool
+
 	// orig is the Node before the patch that carried this plan's change, nil when that patch
 	// changed nothing or the Node is gone; err is the patch's error, and written when the API
 	// server accepted it: the end of the reaction time.

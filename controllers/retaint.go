@@ -34,7 +34,7 @@ func (r *NodeReconciler) holdFor(obs observation, v verdict) time.Duration {
 // its gates has not passed for RetaintAfter while none of its startup taints is on the Node. Until
 // then it asks to be called again when that time is up; the prober calls it sooner if the gate
 // passes again.
-func (r *NodeReconciler) planRetaint(ctx context.Context, node *corev1.Node, p *plan) {
+func (r *NodeReconciler) planRetaint(p *plan) {
 	v := p.v
 	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == gates.ReasonNotProbed {
 		return
@@ -45,9 +45,7 @@ func (r *NodeReconciler) planRetaint(ctx context.Context, node *corev1.Node, p *
 	}
 	spec := RetaintSpec(p.g.Taints)
 	if r.DryRun {
-		if p.g.state.firstWouldRetaint() {
-			r.reportWouldRetaint(ctx, node, spec, v)
-		}
+		p.wouldRetaint = p.g.state.firstWouldRetaint()
 		return
 	}
 	p.retaint = &spec
