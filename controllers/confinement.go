@@ -73,21 +73,20 @@ var confinementRetry = struct{ initial, limit time.Duration }{time.Second, MaxRe
 // refused, and whenever Recheck is called (NodeReconciler calls it when its patches change between
 // forbidden and allowed, a sign that its permissions changed).
 type ConfinementCheck struct {
-	// Client sends the dry-run patches. Set by NodeReconciler.SetupWithManager when nil.
+	// Client sends the dry-run patches. The reconciler's when nil.
 	Client client.Client
-	// NodeName is the agent's own Node. Set by NodeReconciler.SetupWithManager when empty.
+	// NodeName is the agent's own Node. The reconciler's when empty.
 	NodeName string
 	// Taints returns the startup taints the agent serves, whose removal the check asks about: the
-	// dry run removes the ones on the Node and lists them all in its removed record. Set by
-	// NodeReconciler.SetupWithManager when nil.
+	// dry run removes the ones on the Node and lists them all in its removed record. The
+	// reconciler's when nil.
 	Taints func() []TaintSpec
 	// Conditions, when set, are the condition types of an agent in conditions-only mode
 	// (NodeReconciler.ConditionsOnly), whose job is writing the first of them in its Node's status:
-	// the dry run writes that condition instead of removing taints. Set by
-	// NodeReconciler.SetupWithManager when nil and the reconciler is in that mode.
+	// the dry run writes that condition instead of removing taints. The reconciler's when nil and
+	// it is in that mode.
 	Conditions []string
-	// Recorder records the NotConfined and RemovalRefused events. Set by
-	// NodeReconciler.SetupWithManager when nil.
+	// Recorder records the NotConfined and RemovalRefused events. The reconciler's when nil.
 	Recorder events.EventRecorder
 	// Require holds every write of the agent until the admission policy is seen to confine it:
 	// an agent that nothing judges removes nothing, is not ready, and says why, and goes on
@@ -99,9 +98,11 @@ type ConfinementCheck struct {
 	// Clock times the retries; the real clock when nil.
 	Clock clock.Clock
 
-	init    sync.Once
-	metrics *metrics.Metrics // the reconciler's, set by SetupWithManager
-	recheck chan struct{}
+	init sync.Once
+	// inherited are the reconciler's settings for the fields left empty, and its metrics: set by
+	// NodeReconciler.SetupWithManager, which leaves the exported fields as their owner set them.
+	inherited inherited
+	recheck   chan struct{}
 	// confined tells the reconciler, once, that the agent was first found confined: the writes
 	// it held can go now.
 	confined chan event.GenericEvent
@@ -151,20 +152,74 @@ func (c *ConfinementCheck) Permits() bool {
 	return c.verdict == Confined
 }
 
-// metricsOf is the metrics of the reconciler the check serves, or the process's.
-func (c *ConfinementCheck) metricsOf() *metrics.Metrics {
-	if c.metrics == nil {
-		return metrics.Default()
-	}
-	return c.metrics
+// inherited is what a ConfinementCheck takes from the reconciler it serves.
+type inherited struct {
+	client     client.Client
+	nodeName   string
+	recorder   events.EventRecorder
+	clock      clock.Clock
+	taints     func() []TaintSpec
+	conditions []string
+	metrics    *metrics.Metrics
 }
 
-// clock is c.Clock, or the real clock when it is nil.
-func (c *ConfinementCheck) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
+// metricsOf is the metrics of the reconciler the check serves, or the process's.
+func (c *ConfinementCheck) metricsOf() *metrics.Metrics {
+	if c.inherited.metrics == nil {
+		return metrics.Default()
 	}
-	return c.Clock
+	return c.inherited.metrics
+}
+
+// client is c.Client, or the reconciler's.
+func (c *ConfinementCheck) client() client.Client {
+	if c.Client == nil {
+		return c.inherited.client
+	}
+	return c.Client
+}
+
+// nodeName is c.NodeName, or the reconciler's.
+func (c *ConfinementCheck) nodeName() string {
+	if c.NodeName == "" {
+		return c.inherited.nodeName
+	}
+	return c.NodeName
+}
+
+// recorder is c.Recorder, or the reconciler's.
+func (c *ConfinementCheck) recorder() events.EventRecorder {
+	if c.Recorder == nil {
+		return c.inherited.recorder
+	}
+	return c.Recorder
+}
+
+// taints is c.Taints, or the reconciler's.
+func (c *ConfinementCheck) taints() func() []TaintSpec {
+	if c.Taints == nil {
+		return c.inherited.taints
+	}
+	return c.Taints
+}
+
+// conditions is c.Conditions, or, in conditions-only mode, the reconciler's condition types.
+func (c *ConfinementCheck) conditions() []string {
+	if c.Conditions == nil {
+		return c.inherited.conditions
+	}
+	return c.Conditions
+}
+
+// clock is c.Clock, or the reconciler's, or the real clock.
+func (c *ConfinementCheck) clock() clock.Clock {
+	switch {
+	case c.Clock != nil:
+		return c.Clock
+	case c.inherited.clock != nil:
+		return c.inherited.clock
+	}
+	return clock.RealClock{}
 }
 
 // NeedLeaderElection is false: every agent checks itself.
@@ -175,7 +230,7 @@ func (c *ConfinementCheck) NeedLeaderElection() bool { return false }
 // backoff.
 func (c *ConfinementCheck) Start(ctx context.Context) error {
 	c.channels()
-	logger := log.FromContext(ctx).WithValues("node", c.NodeName)
+	logger := log.FromContext(ctx).WithValues("node", c.nodeName())
 	ctx = log.IntoContext(ctx, logger)
 	retry := time.Duration(0)
 	for {
@@ -238,59 +293,59 @@ func (c *ConfinementCheck) Ready(*http.Request) error {
 // server did not answer.
 func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node, refusal error, err error) {
 	node = &corev1.Node{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Name: c.NodeName}, node); err != nil {
-		return nil, nil, fmt.Errorf("reading node %s: %w", c.NodeName, err)
+	if err := c.client().Get(ctx, client.ObjectKey{Name: c.nodeName()}, node); err != nil {
+		return nil, nil, fmt.Errorf("reading node %s: %w", c.nodeName(), err)
 	}
 	orig := node.DeepCopy()
-	if len(c.Conditions) > 0 {
+	if len(c.conditions()) > 0 {
 		return c.checkCondition(ctx, orig)
 	}
 	// Once its taints are gone, the patch changes nothing, and the API server judges it all the
 	// same: the policy checks its rendered settings on every request of the agent, so a policy
 	// the agent cannot work with refuses this one too.
-	if c.Taints != nil {
-		removeTaints(node, c.Taints())
+	if taints := c.taints(); taints != nil {
+		removeTaints(node, taints())
 	}
-	err = writeTaints(ctx, c.Client, orig, node, client.DryRunAll)
+	err = writeTaints(ctx, c.client(), orig, node, client.DryRunAll)
 	switch {
 	case err == nil:
 		return orig, nil, nil
 	case refused(err):
 		return orig, err, nil
 	}
-	return nil, nil, fmt.Errorf("dry-run removal of the startup taints from node %s: %w", c.NodeName, err)
+	return nil, nil, fmt.Errorf("dry-run removal of the startup taints from node %s: %w", c.nodeName(), err)
 }
 
 // checkCondition sends, in a dry run, the status patch by which the reconciler writes the first
-// of c.Conditions once its gates pass, and returns the API server's refusal (nil when it admitted
+// of c.conditions() once its gates pass, and returns the API server's refusal (nil when it admitted
 // it).
 func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node) (*corev1.Node, error, error) {
-	want := condition(c.Conditions[0], nil)
+	want := condition(c.conditions()[0], nil)
 	want = stamped(want, gates.FindCondition(node.Status.Conditions, want.Type), c.clock().Now())
-	err := writeCondition(ctx, c.Client, node.DeepCopy(), want, client.DryRunAll)
+	err := writeCondition(ctx, c.client(), node.DeepCopy(), want, client.DryRunAll)
 	switch {
 	case err == nil:
 		return node, nil, nil
 	case refused(err):
 		return node, err, nil
 	}
-	return nil, nil, fmt.Errorf("dry-run write of condition %s of node %s: %w", want.Type, c.NodeName, err)
+	return nil, nil, fmt.Errorf("dry-run write of condition %s of node %s: %w", want.Type, c.nodeName(), err)
 }
 
 // Check sends the dry-run request and classifies the answer: a label on its Node, or in
 // conditions-only mode a condition that is not its own. An error means no verdict (the Node
 // does not exist yet, or the API server did not answer); node is the Node when it was admitted.
 func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *corev1.Node, err error) {
-	node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}}
-	if len(c.Conditions) > 0 {
+	node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.nodeName()}}
+	if len(c.conditions()) > 0 {
 		// In conditions-only mode the agent may write only its Node's status: a condition that
 		// is not its own is the change the policy must refuse there.
 		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"Unknown"}]}}`, ConfinementProbeLabel)
-		err = c.Client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, []byte(patch)),
+		err = c.client().Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, []byte(patch)),
 			client.DryRunAll, client.FieldOwner(FieldManager))
 	} else {
 		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"dry-run"}}}`, ConfinementProbeLabel)
-		err = c.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)),
+		err = c.client().Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)),
 			client.DryRunAll, client.FieldOwner(FieldManager))
 	}
 	switch {
@@ -301,8 +356,17 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 	case apierrors.IsForbidden(err):
 		return CannotWrite, nil, nil
 	}
-	return "", nil, fmt.Errorf("dry-run labelling of node %s: %w", c.NodeName, err)
+	return "", nil, fmt.Errorf("dry-run labelling of node %s: %w", c.nodeName(), err)
 }
+
+// Event reasons of the confinement check: EventReasonNotConfined when no admission policy judges
+// the agent; EventReasonRemovalRefused when the API server refuses its dry-run removal of its
+// startup taints, and EventReasonRemovalAdmitted when it admits it again.
+const (
+	EventReasonNotConfined     = "NotConfined"
+	EventReasonRemovalRefused  = "RemovalRefused"
+	EventReasonRemovalAdmitted = "RemovalAdmitted"
+)
 
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
@@ -320,7 +384,7 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		logger.Info("the admission policy confines this agent to its own Node and startup taints")
 		// Wakes the reconciler, whose writes waited for this verdict; it never blocks.
 		select {
-		case c.confined <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}}}:
+		case c.confined <- event.GenericEvent{Object: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.nodeName()}}}:
 		default:
 		}
 	case CannotWrite:
@@ -330,13 +394,13 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		if c.Require {
 			logger.Error(nil, "no admission policy judges this agent, and confinement is required: it removes nothing and writes nothing "+
 				"until one does. "+why)
-			c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
+			c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
 				"No admission policy judges this agent (a dry-run change it must never make was admitted), and confinement is "+
 					"required: it removes no startup taint and writes nothing until one does. %s", why)
 			return
 		}
 		logger.Info("confinement is not required (--require-confinement=false): this agent runs with no admission policy judging it")
-		c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
+		c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
 			"No admission policy judges this agent (a dry-run change it must never make was admitted), and it runs anyway "+
 				"(--require-confinement=false): it could change any Node its RBAC allows.")
 	}
@@ -371,7 +435,7 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 	if refusal == nil {
 		if wasRefused {
 			logger.Info("the API server admits this agent's removal of its startup taints again; the agent is ready")
-			c.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonRemovalAdmitted, "CheckRemoval",
+			c.recorder().Eventf(node, nil, corev1.EventTypeNormal, EventReasonRemovalAdmitted, "CheckRemoval",
 				"The API server admits this agent's removal of its startup taints again (a dry run of its patch); the agent is ready")
 		}
 		return
@@ -383,5 +447,5 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 		"so it is not ready: %s. Check %s"
 	// A policy's refusal quotes its CEL expression over several lines; one line reads better.
 	quoted := elide(strings.Join(strings.Fields(refusal.Error()), " "), maxNote-len(format)-len(advice))
-	c.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
+	c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
 }

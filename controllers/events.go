@@ -12,9 +12,10 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 )
 
-// Event reasons: what the agent says happened, in the events it records on its Node. They are
-// neither the gates' reason classes (gates.Reason*, in metrics, logs and notes) nor the reasons of
-// its Node condition (ConditionReasonGatesPass, or the failing gate's title).
+// Event reasons: what the reconciler says happened, in the events it records on its Node (the
+// confinement check's are beside its report, in confinement.go). They are neither the gates'
+// reason classes (gates.Reason*, in metrics, logs and notes) nor the reasons of its Node condition
+// (ConditionReasonGatesPass, or the failing gate's title).
 const (
 	EventReasonTaintRemoved        = "TaintRemoved"
 	EventReasonTaintRemovedAgain   = "TaintRemovedAgain"
@@ -30,12 +31,6 @@ const (
 	// EventReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
 	// startup taints (see RegistrationWindow).
 	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
-	// EventReasonNotConfined: no admission policy judges the agent.
-	EventReasonNotConfined = "NotConfined"
-	// EventReasonRemovalRefused: the API server refuses the agent's dry-run removal of its startup
-	// taints; EventReasonRemovalAdmitted: it admits it again.
-	EventReasonRemovalRefused  = "RemovalRefused"
-	EventReasonRemovalAdmitted = "RemovalAdmitted"
 )
 
 // Reporting: what the reconciler's state transitions found becomes metrics, events on the Node

@@ -105,7 +105,7 @@ type NodeReconciler struct {
 	// and allowed, that the API server admits the removal of this agent's startup taints and that
 	// the admission policy confines it; when it requires confinement, the reconciler writes
 	// nothing until then. SetupWithManager adds it to the manager, and its Ready to
-	// the manager's readiness checks, and fills in its empty fields from the reconciler's.
+	// the manager's readiness checks; where its fields are empty, it uses the reconciler's.
 	Confinement *ConfinementCheck
 
 	// Clock tells the time of the state's episodes and the gates' probes; the real clock when nil.
@@ -213,32 +213,18 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // setupConfinement adds the Confinement check, when there is one, to mgr and to its readiness
-// checks, with its empty fields filled in from the reconciler's.
+// checks, and gives it the reconciler's settings for the fields its owner left empty.
 func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 	c := r.Confinement
 	if c == nil {
 		return nil
 	}
 	c.channels()
-	if c.Client == nil {
-		c.Client = r.Client
-	}
-	if c.NodeName == "" {
-		c.NodeName = r.NodeName
-	}
-	if c.Recorder == nil {
-		c.Recorder = r.Recorder
-	}
-	if c.Clock == nil {
-		c.Clock = r.Clock
-	}
-	if c.Taints == nil {
-		c.Taints = r.servedTaints
-	}
-	c.metrics = r.metrics
-	if r.ConditionsOnly && c.Conditions == nil {
+	c.inherited = inherited{client: r.Client, nodeName: r.NodeName, recorder: r.Recorder, clock: r.Clock, taints: r.servedTaints,
+		metrics: r.metrics}
+	if r.ConditionsOnly {
 		for _, g := range r.Groups {
-			c.Conditions = append(c.Conditions, g.ConditionType)
+			c.inherited.conditions = append(c.inherited.conditions, g.ConditionType)
 		}
 	}
 	if err := mgr.Add(c); err != nil {
