@@ -618,35 +618,26 @@ var _ = Describe("the rendered installs", func() {
 				}, msgMetadata},
 				{"handing a server-side apply manager ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: "applier", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
-							FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
-						})
+						n.ManagedFields = append(n.ManagedFields,
+							managedEntry("applier", metav1.ManagedFieldsOperationApply, "", `{"f:metadata":{"f:labels":{"f:zone":{}}}}`))
 					})
 				}, msgEntries},
 				{"forging another manager's Update entry (managedFields), which locks others' applies", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
-							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:applied":{}}},"f:spec":{"f:unschedulable":{}}}`),
-						})
+						n.ManagedFields = append(n.ManagedFields, managedEntry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "",
+							`{"f:metadata":{"f:labels":{"f:applied":{}}},"f:spec":{"f:unschedulable":{}}}`))
 					})
 				}, msgEntries},
 				{"forging an Apply entry of its own manager that owns the taints without a change (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
-							FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:taints":{}}}`),
-						})
+						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationApply, "", `{"f:spec":{"f:taints":{}}}`))
 					})
 				}, msgEntries},
 				{"adding 2,000 entries of its own manager (managedFields), 780 KB of Node", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						for i := range 2000 {
-							n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-								Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-								Subresource: fmt.Sprintf("s%d", i), FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:taints":{}}}`),
-							})
+							n.ManagedFields = append(n.ManagedFields,
+								managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, fmt.Sprintf("s%d", i), `{"f:spec":{"f:taints":{}}}`))
 						}
 					})
 				}, msgEntries},
@@ -672,19 +663,13 @@ var _ = Describe("the rendered installs", func() {
 				{"giving its own entry fields it never writes (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
-							FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`),
-						})
+						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:metadata":{"f:labels":{"f:zone":{}}}}`))
 					})
 				}, msgGained},
 				{"giving its own entry a leaf of the spec (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
-							Manager: controllers.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
-							FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:unschedulable":{}}}`),
-						})
+						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:spec":{"f:unschedulable":{}}}`))
 					})
 				}, msgGained},
 				{"removing another manager's ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
@@ -843,8 +828,9 @@ var _ = Describe("the rendered installs", func() {
 			// the agent's own removal, and its condition, are admitted all the same.
 			It("admits the agent's own writes whatever optional field the policy reads is absent or empty", func(ctx SpecContext) {
 				entry := func(manager, subresource string, at *metav1.Time) metav1.ManagedFieldsEntry {
-					return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-						Subresource: subresource, Time: at, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:zone":{}}}}`)}
+					e := managedEntry(manager, metav1.ManagedFieldsOperationUpdate, subresource, `{"f:metadata":{"f:labels":{"f:zone":{}}}}`)
+					e.Time = at
+					return e
 				}
 				withEntry := func(e metav1.ManagedFieldsEntry) func(*corev1.Node) {
 					return func(n *corev1.Node) { n.ManagedFields = append(n.ManagedFields, e) }
@@ -1567,4 +1553,11 @@ func patchEvent(ctx context.Context, c client.Client, event *eventsv1.Event, cha
 	orig := event.DeepCopy()
 	change(event)
 	return c.Patch(ctx, event, client.MergeFrom(orig))
+}
+
+// managedEntry is an ownership record of manager, for operation on v1 (and subresource), owning
+// the field tree fields, as a writer of managedFields would forge it.
+func managedEntry(manager string, operation metav1.ManagedFieldsOperationType, subresource, fields string) metav1.ManagedFieldsEntry {
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: operation, APIVersion: "v1", Subresource: subresource,
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 }
