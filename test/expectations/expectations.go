@@ -46,15 +46,16 @@ var PatientRetry = wait.Backoff{Steps: 3000, Duration: 20 * time.Millisecond, Fa
 
 // PatchNode changes the Node name, read through reader, with one merge patch sent through
 // writer and locked to the resourceVersion it read, as the controller writes: a concurrent
-// change makes it fail with a conflict instead of being overwritten.
-func PatchNode(ctx context.Context, reader client.Reader, writer client.Client, name string, change func(*corev1.Node)) error {
+// change makes it fail with a conflict instead of being overwritten. opts such as client.DryRunAll
+// let a test ask for admission's verdict without changing the Node.
+func PatchNode(ctx context.Context, reader client.Reader, writer client.Client, name string, change func(*corev1.Node), opts ...client.PatchOption) error {
 	node := &corev1.Node{}
 	if err := reader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return err
 	}
 	orig := node.DeepCopy()
 	change(node)
-	return writer.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	return writer.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), opts...)
 }
 
 // UpdateNode changes the Node name as another writer racing the controller would: PatchNode,

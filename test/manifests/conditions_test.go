@@ -76,8 +76,7 @@ var _ = Describe("conditions-only installs", func() {
 				// chart might, is refused by the policy.
 				bindRole(ctx, nodesRole(ctx, prefix+"-driver-own-role"), a.namespace, a.serviceAccount)
 				own := newNode(ctx)
-				Eventually(func() error { return patchNode(ctx, asAgentOn(a, own), own, removeStartup) }).
-					Should(MatchError(ContainSubstring(msgConditionsOnly)))
+				refusedOnceLoaded(ctx, asAgentOn(a, own), own, removeStartup, ContainSubstring(msgConditionsOnly))
 			})
 
 			It("runs the agent with --conditions-only, and grants it nodes/status but no nodes patch", func() {

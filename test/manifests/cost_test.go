@@ -57,9 +57,8 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		Expect(k8sClient.Create(ctx, probe)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, probe))).To(Succeed()) })
 		for _, a := range []agent{first, second} {
-			Eventually(func() error {
-				return patchNode(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels = map[string]string{"x": "y"} })
-			}).Should(MatchError(ContainSubstring(msgOtherNode)))
+			refusedOnceLoaded(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels = map[string]string{"x": "y"} },
+				ContainSubstring(msgOtherNode))
 		}
 
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}

@@ -418,9 +418,7 @@ var _ = Describe("the rendered installs", func() {
 				// alone rules. (Its type-checking status is written by kube-controller-manager, which
 				// envtest does not run: the specific messages below show that each expression evaluates.)
 				probe := newNode(ctx)
-				Eventually(func() error {
-					return patchNode(ctx, asAgent("elsewhere"), probe, removeStartup)
-				}).Should(MatchError(ContainSubstring(msgOtherNode)))
+				refusedOnceLoaded(ctx, asAgent("elsewhere"), probe, removeStartup, ContainSubstring(msgOtherNode))
 			})
 
 			It("confines exactly the identity its DaemonSet runs as, with no parameter object", func() {
@@ -1259,11 +1257,9 @@ var _ = Describe("a render that left the placeholders as words, as kustomize bef
 
 		const settings = "cannot work with the settings this policy was rendered with (taints '" // and the rest, as rendered
 		asAgent := asAgentOn(a, node.Name)
-		Eventually(func() error {
-			return patchNode(ctx, asAgent, node.Name, func(n *corev1.Node) {
-				n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
-			})
-		}).Should(MatchError(ContainSubstring(settings)), "the taints")
+		refusedOnceLoaded(ctx, asAgent, node.Name, func(n *corev1.Node) {
+			n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+		}, ContainSubstring(settings), "the taints")
 		for what, change := range map[string]func(*corev1.Node){
 			"the condition the placeholder names": func(n *corev1.Node) {
 				n.Status.Conditions = append(n.Status.Conditions, condition("CONDITIONTYPE", corev1.ConditionTrue))
@@ -1328,11 +1324,9 @@ var _ = Describe("a render with settings the agent refuses", func() {
 			Expect(k8sClient.Create(ctx, grant)).To(Succeed())
 			bindRole(ctx, grant.Name, a.namespace, a.serviceAccount)
 			settings := "'" + setting.value + "'"
-			Eventually(func() error {
-				return patchNode(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
-					n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
-				})
-			}).Should(MatchError(And(ContainSubstring(tagged(controllers.RefusalSettings)), ContainSubstring(settings))), "%s %s", setting.variable, setting.value)
+			refusedOnceLoaded(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
+				n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+			}, And(ContainSubstring(tagged(controllers.RefusalSettings)), ContainSubstring(settings)), "%s %s", setting.variable, setting.value)
 			Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
 			Expect(k8sClient.Delete(ctx, bad)).To(Succeed())
 			Expect(k8sClient.Delete(ctx, grant)).To(Succeed())

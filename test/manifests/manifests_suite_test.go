@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,8 +144,16 @@ func kubeletKubeconfig(ctx context.Context, node string) string {
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
 // resourceVersion that the admin client read.
-func patchNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
-	return expectations.PatchNode(ctx, k8sClient, c, name, change)
+func patchNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node), opts ...client.PatchOption) error {
+	return expectations.PatchNode(ctx, k8sClient, c, name, change, opts...)
+}
+
+// refusedOnceLoaded waits until the agent's patch of node, as a dry run, gets an error matching
+// matcher: a policy just created is judged only once the API server has loaded it, and a dry run
+// admitted before that changes nothing the next attempt, or the next spec, relies on.
+func refusedOnceLoaded(ctx context.Context, c client.Client, node string, change func(*corev1.Node), matcher types.GomegaMatcher, what ...any) {
+	GinkgoHelper()
+	Eventually(func() error { return patchNode(ctx, c, node, change, client.DryRunAll) }).Should(MatchError(matcher), what...)
 }
 
 // nodeWritesWork checks that a kubelet can register its Node with a startup taint and write its

@@ -32,9 +32,8 @@ var _ = Describe("another mutating admission step on Node updates", Ordered, fun
 		probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mutated-probe", Labels: map[string]string{"zone": "a"}}}
 		Expect(k8sClient.Create(ctx, probe)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, probe))).To(Succeed()) })
-		Eventually(func() error {
-			return patchNode(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels["zone"] = "b" })
-		}).Should(MatchError(ContainSubstring(msgOtherNode)))
+		refusedOnceLoaded(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels["zone"] = "b" },
+			ContainSubstring(msgOtherNode))
 		stamp := &admissionv1.MutatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: "stamp-last-writer"},
 			Spec: admissionv1.MutatingAdmissionPolicySpec{
