@@ -54,7 +54,7 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 		return nil
 	}
 	want = stamped(want, current, p.now)
-	err := writeCondition(ctx, r.Client, node, want)
+	err := writeCondition(ctx, r.wired.client, node, want)
 	if apierrors.IsNotFound(err) {
 		return nil // the Node was deleted meanwhile
 	}

@@ -35,36 +35,35 @@ func (g *group) driverName() string {
 	return ""
 }
 
-// reportCSIDriver reads the group's CSIDriver, once its driver has told its name, and reports
-// whether it sets preventPodSchedulingIfMissing. A read that fails for another reason than the
-// object's absence or a refusal is tried again at the next reconcile.
-func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
+// csiDriverRead is what the one read of a group's CSIDriver found.
+type csiDriverRead struct {
+	name string
+	// prevents: the CSIDriver sets preventPodSchedulingIfMissing.
+	prevents bool
+	// forbidden is the API server's refusal when the install's role lacks get on csidrivers.
+	forbidden error
+}
+
+// readCSIDriver reads the group's CSIDriver, once its driver has told its name, and returns what
+// it found; ok is false before the name is known, after the read, and when the read failed for
+// another reason than the object's absence or a refusal, which the next reconcile tries again.
+func (r *NodeReconciler) readCSIDriver(ctx context.Context, g *group) (read csiDriverRead, ok bool) {
 	name := g.driverName()
-	if g.csiDriverReported || name == "" {
-		return
+	if g.csiDriverRead || name == "" {
+		return read, false
 	}
-	logger := log.FromContext(ctx).WithValues("driver", name)
 	d := &storagev1.CSIDriver{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, d)
-	switch {
-	case apierrors.IsForbidden(err):
-		g.csiDriverReported = true
-		logger.Info("cannot read the driver's CSIDriver to tell whether the scheduler's own check keeps pods off this node; "+
-			"the install's role lacks get on csidrivers", "error", err.Error())
-		return
-	case err != nil && !apierrors.IsNotFound(err):
-		logger.V(4).Info("reading the driver's CSIDriver", "error", err.Error())
-		return
+	err := r.wired.reader.Get(ctx, client.ObjectKey{Name: name}, d)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		log.FromContext(ctx).V(4).Info("reading the driver's CSIDriver", "driver", name, "error", err.Error())
+		return read, false
 	}
-	g.csiDriverReported = true
-	set := err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
-	r.metrics.CSIDriverPreventsScheduling.WithLabelValues(name).Set(boolToFloat(set))
-	if set {
-		logger.Info("the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later the scheduler keeps " +
-			"pods with its PVC-backed volumes off this node until CSINode lists the driver; the startup taint still covers " +
-			"CSI inline volumes, the driver's Probe health, older clusters and continuous mode")
-		return
+	g.csiDriverRead = true
+	read.name = name
+	if apierrors.IsForbidden(err) {
+		read.forbidden = err
+		return read, true
 	}
-	logger.Info("the driver's CSIDriver does not set preventPodSchedulingIfMissing (or there is none): the startup taint " +
-		"is what keeps pods off this node until the driver is registered")
+	read.prevents = err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
+	return read, true
 }

@@ -33,9 +33,33 @@ const (
 	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
 )
 
-// Reporting: what the reconciler's state transitions found becomes metrics, events on the Node
-// and log lines here. The confinement check reports its own verdicts (confinement.go), and the
-// prober its gates' metrics (prober.go).
+// Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
+// lines here. Two reporters stand apart, each beside what it observes: the confinement check's
+// verdicts (confinement.go), and each gate's result, logged when it changes and kept in
+// startup_taint_gate_ready (reasons.go, for gates the reconcile checks; prober.go, for probed ones).
+
+// reportCSIDriver reports, once, what the group's CSIDriver means for this install (csidriver.go).
+func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
+	read, ok := r.readCSIDriver(ctx, g)
+	if !ok {
+		return
+	}
+	logger := log.FromContext(ctx).WithValues("driver", read.name)
+	if read.forbidden != nil {
+		logger.Info("cannot read the driver's CSIDriver to tell whether the scheduler's own check keeps pods off this node; "+
+			"the install's role lacks get on csidrivers", "error", read.forbidden.Error())
+		return
+	}
+	r.wired.metrics.CSIDriverPreventsScheduling.WithLabelValues(read.name).Set(boolToFloat(read.prevents))
+	if read.prevents {
+		logger.Info("the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later the scheduler keeps " +
+			"pods with its PVC-backed volumes off this node until CSINode lists the driver; the startup taint still covers " +
+			"CSI inline volumes, the driver's Probe health, older clusters and continuous mode")
+		return
+	}
+	logger.Info("the driver's CSIDriver does not set preventPodSchedulingIfMissing (or there is none): the startup taint " +
+		"is what keeps pods off this node until the driver is registered")
+}
 
 // reportDecision reports what decide found for the plan's group: its driver's CSIDriver, what it
 // observed of the taints, the wait for a gate, and a dry run's change it did not make.
@@ -57,22 +81,22 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 // registered without the group's startup taints (startup: specs less continuous mode's).
 func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []TaintSpec, obs observation) {
 	for _, spec := range specs {
-		r.metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
+		r.wired.metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
 	}
 	if obs.registeredWithout {
 		list := specStrings(startup)
 		log.FromContext(ctx).Info("the node registered without its startup taints: pods could be scheduled on it "+
 			"before its node agent was ready; register the node pool's nodes with them", "taints", list)
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRegisteredWithoutTaint, "CheckRegistration",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRegisteredWithoutTaint, "CheckRegistration",
 			"Node registered without the startup taints %s: pods could be scheduled before its node agent was ready, "+
 				"and fail (a CSI volume: driver not found). Register the node pool's nodes with the taints", list)
 		for _, key := range list {
-			r.metrics.MissingAtRegistration.WithLabelValues(key).Set(1)
+			r.wired.metrics.MissingAtRegistration.WithLabelValues(key).Set(1)
 		}
 	}
 	for _, key := range obs.cameBack {
 		log.FromContext(ctx).Info("startup taint came back", "taint", key)
-		r.metrics.Readded.WithLabelValues(key).Inc()
+		r.wired.metrics.Readded.WithLabelValues(key).Inc()
 	}
 	if obs.ended {
 		log.FromContext(ctx).V(4).Info("startup taints removed by another writer")
@@ -88,7 +112,7 @@ func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, g
 		if gates.WaitsForDriver(gerr.gate) {
 			reason = EventReasonWaitingForDriver
 		}
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "WaitForReadiness",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "WaitForReadiness",
 			"Holding startup taints: %s", gerr.Error())
 	}
 }
@@ -96,17 +120,17 @@ func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, g
 // reportRemoval reports a successful removal: metrics, an event and a log line.
 func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, rem removal) {
 	for _, key := range rem.specs {
-		r.metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
-		r.metrics.Present.WithLabelValues(key).Set(0)
+		r.wired.metrics.Removals.WithLabelValues(key, metrics.ResultRemoved).Inc()
+		r.wired.metrics.Present.WithLabelValues(key).Set(0)
 		if rem.unready != nil {
-			r.metrics.ForcedRemovals.WithLabelValues(key).Inc()
+			r.wired.metrics.ForcedRemovals.WithLabelValues(key).Inc()
 		}
 	}
 	if rem.unready == nil {
-		r.metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
+		r.wired.metrics.ReadyToRemovedSeconds.Observe(rem.readyFor.Seconds())
 	}
 	if rem.first {
-		r.metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
+		r.wired.metrics.RemovalSeconds.Observe(rem.sinceCreation.Seconds())
 	}
 	if rem.permissionsChanged {
 		r.permissionsChanged()
@@ -116,7 +140,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
 			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason,
 			"sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintRemovedUnready, "RemoveTaint",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintRemovedUnready, "RemoveTaint",
 			"Removed startup taints %v after the maximum wait (%s after the node was created) although %s",
 			rem.taints, rem.sinceCreation.Round(time.Second), rem.unready.Error())
 		return
@@ -124,12 +148,12 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 	if rem.again {
 		held := rem.heldFor.Round(time.Millisecond)
 		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())
-		r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemovedAgain, "RemoveTaint",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemovedAgain, "RemoveTaint",
 			"Startup taints %v came back and were removed again after %s", rem.taints, held)
 		return
 	}
 	logger.Info("removed startup taints", "taints", rem.taints, "sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemoved, "RemoveTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemoved, "RemoveTaint",
 		"Removed startup taints %v, %s after the node was created", rem.taints, rem.sinceCreation.Round(time.Second))
 }
 
@@ -138,7 +162,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Node, held []corev1.Taint, specs []TaintSpec,
 	unready *gateError) {
 	for _, spec := range specs {
-		r.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+		r.wired.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	}
 	why := "every readiness gate passes"
 	if unready != nil {
@@ -146,18 +170,18 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 	}
 	taints := taintStrings(held)
 	log.FromContext(ctx).Info("dry run: would remove startup taints", "taints", taints, "why", why)
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldRemoveTaint, "RemoveTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldRemoveTaint, "RemoveTaint",
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
 // reportRetaint reports a startup taint that continuous mode put back: the counter, a Warning
 // event and a log line.
 func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
-	r.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
+	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, "AddTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, "AddTaint",
 		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",
 		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
 }
@@ -165,17 +189,17 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 // reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
 // controller-runtime.
 func (r *NodeReconciler) reportRetaintFailure(spec TaintSpec, err error) {
-	r.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
+	r.wired.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
 }
 
 // reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
 // log line.
 func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
-	r.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
+	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.Recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldAddTaint, "AddTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldAddTaint, "AddTaint",
 		"Dry run: would put startup taint %s back now: %s for %s", spec, v.notReady.Error(), failing.Round(time.Second))
 }
 
@@ -183,10 +207,10 @@ func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.No
 // was written (a failure is returned, and logged by the caller's caller).
 func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondition, err error) {
 	if err != nil {
-		r.metrics.ConditionWrites.WithLabelValues(string(c.Status), failureClass(err)).Inc()
+		r.wired.metrics.ConditionWrites.WithLabelValues(string(c.Status), failureClass(err)).Inc()
 		return
 	}
-	r.metrics.ConditionWrites.WithLabelValues(string(c.Status), metrics.ResultWritten).Inc()
+	r.wired.metrics.ConditionWrites.WithLabelValues(string(c.Status), metrics.ResultWritten).Inc()
 	log.FromContext(ctx).Info("wrote the node condition", "type", c.Type, "status", c.Status, "reason", c.Reason)
 }
 
@@ -195,7 +219,7 @@ func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondi
 func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {
 	if f.result != metrics.ResultConflict { // each conflict was counted as it happened
 		for _, spec := range specs {
-			r.metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
+			r.wired.metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
 		}
 	}
 	if f.permissionsChanged {
@@ -205,7 +229,7 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 		return
 	}
 	const failed = "Could not remove startup taints: "
-	r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalFailed, "RemoveTaint", "%s%s",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalFailed, "RemoveTaint", "%s%s",
 		failed, elide(err.Error(), maxNote-len(failed)))
 	if f.result == metrics.ResultForbidden {
 		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
@@ -218,7 +242,7 @@ func (r *NodeReconciler) reportConflict(orig *corev1.Node, plans []*plan) {
 	for _, p := range plans {
 		if p.remove {
 			for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
-				r.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
+				r.wired.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
 			}
 		}
 	}

@@ -52,8 +52,8 @@ type group struct {
 	checks  []check
 	passing passingSince
 	state   nodeState
-	// csiDriverReported is set once its driver's CSIDriver has been reported (csidriver.go).
-	csiDriverReported bool
+	// csiDriverRead is set once its driver's CSIDriver has been read (csidriver.go).
+	csiDriverRead bool
 	// metrics are the reconciler's.
 	metrics *metrics.Metrics
 }
@@ -158,7 +158,7 @@ func isDriverNamer(g gates.Gate) bool {
 
 // buildGroup makes a group's prober and checks, once the reconciler's Clock is set.
 func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
-	g := &group{Group: cfg, passing: passingSince{}, metrics: r.metrics}
+	g := &group{Group: cfg, passing: passingSince{}, metrics: r.wired.metrics}
 	var probed []gates.Probed
 	for _, gate := range cfg.Gates {
 		if p, ok := gate.(gates.Probed); ok {
@@ -167,7 +167,7 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 			g.checks = append(g.checks, check{gate: gate})
 		}
 	}
-	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.Clock, r.metrics)
+	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.wired.clock, r.wired.metrics)
 	return g
 }
 

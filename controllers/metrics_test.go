@@ -18,7 +18,6 @@ func TestEachReconcilerReportsIntoItsOwnRegisterer(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()
 		r := newTestReconciler(t, c)
 		r.Registerer = reg
-		r.metrics = nil
 		r.build()
 		probe(r)
 		if i == 0 {
@@ -28,7 +27,7 @@ func TestEachReconcilerReportsIntoItsOwnRegisterer(t *testing.T) {
 		}
 		reconcilers = append(reconcilers, r)
 	}
-	if got := testutil.ToFloat64(reconcilers[0].metrics.Present.WithLabelValues(startup.Key)); got != 0 {
+	if got := testutil.ToFloat64(reconcilers[0].wired.metrics.Present.WithLabelValues(startup.Key)); got != 0 {
 		t.Errorf("the first reconciler's startup_taint_present = %v after its removal, want 0", got)
 	}
 	if n, err := testutil.GatherAndCount(registries[0], "startup_taint_removals_total"); err != nil || n != 1 {

@@ -66,10 +66,10 @@ const EventSource = "startup-taint-remover"
 //
 // That manager's cache should hold only this node's objects; see CacheOptions.
 type NodeReconciler struct {
-	// Client reads from the manager's cache and writes the patch. Set by SetupWithManager when nil.
+	// Client reads from the manager's cache and writes the patch; the manager's when nil.
 	Client client.Client
 	// APIReader reads the Node from the API server after a conflict, when the cache may still be
-	// behind. Set by SetupWithManager when nil.
+	// behind; the manager's when nil.
 	APIReader client.Reader
 
 	// NodeName is the Node this controller looks after: the one its pod runs on.
@@ -99,7 +99,7 @@ type NodeReconciler struct {
 	// platform's) removes the taint that the condition gates. Every group needs a ConditionType;
 	// the Taints are then only observed (startup_taint_present, EventReasonRegisteredWithoutTaint).
 	ConditionsOnly bool
-	// Recorder records events on the Node. Set by SetupWithManager when nil.
+	// Recorder records events on the Node; the manager's, for EventSource, when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
 	// and allowed, that the API server admits the removal of this agent's startup taints and that
@@ -114,7 +114,10 @@ type NodeReconciler struct {
 	// which the manager's metrics server serves, when nil. A driver that embeds two reconcilers
 	// gives each its own (prometheus.WrapRegistererWith a label of its own), or they share series.
 	Registerer prometheus.Registerer
-	metrics    *metrics.Metrics
+
+	// wired is what the reconciler runs with: the fields above, or their defaults where empty.
+	// SetupWithManager sets it and leaves the fields as their owner set them.
+	wired wiring
 
 	// running are the groups built from Groups by SetupWithManager, with their probers and state.
 	running []*group
@@ -163,16 +166,8 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if errs := r.Validate(); len(errs) > 0 {
 		return fmt.Errorf("NodeReconciler: %w", errs.ToAggregate())
 	}
-	if r.Client == nil {
-		r.Client = mgr.GetClient()
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
-	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder(EventSource)
-	}
 	r.build()
+	r.wired.from(mgr)
 	for _, g := range r.running {
 		if err := mgr.Add(g.prober); err != nil {
 			return fmt.Errorf("adding the readiness prober: %w", err)
@@ -220,8 +215,8 @@ func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 		return nil
 	}
 	c.channels()
-	c.inherited = inherited{client: r.Client, nodeName: r.NodeName, recorder: r.Recorder, clock: r.Clock, taints: r.servedTaints,
-		metrics: r.metrics}
+	c.inherited = inherited{client: r.wired.client, nodeName: r.NodeName, recorder: r.wired.recorder, clock: r.wired.clock,
+		taints: r.servedTaints, metrics: r.wired.metrics}
 	if r.ConditionsOnly {
 		for _, g := range r.Groups {
 			c.inherited.conditions = append(c.inherited.conditions, g.ConditionType)
@@ -236,21 +231,42 @@ func (r *NodeReconciler) setupConfinement(mgr ctrl.Manager) error {
 	return nil
 }
 
-// build makes the reconciler's groups from its fields, once Client and Recorder are set.
+// build wires the reconciler from its fields and makes its groups; SetupWithManager then fills
+// what is still empty from the manager.
 func (r *NodeReconciler) build() {
 	interval := r.ProbeInterval
 	if interval <= 0 {
 		interval = DefaultProbeInterval
 	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.metrics == nil {
-		r.metrics = metrics.For(r.Registerer)
+	r.wired = wiring{client: r.Client, reader: r.APIReader, recorder: r.Recorder, clock: r.Clock, metrics: metrics.For(r.Registerer)}
+	if r.wired.clock == nil {
+		r.wired.clock = clock.RealClock{}
 	}
 	r.running = nil
 	for _, cfg := range r.Groups {
 		r.running = append(r.running, r.buildGroup(cfg, interval))
+	}
+}
+
+// wiring is what a NodeReconciler runs with.
+type wiring struct {
+	client   client.Client
+	reader   client.Reader
+	recorder events.EventRecorder
+	clock    clock.WithTicker
+	metrics  *metrics.Metrics
+}
+
+// from takes what is still empty from mgr.
+func (w *wiring) from(mgr ctrl.Manager) {
+	if w.client == nil {
+		w.client = mgr.GetClient()
+	}
+	if w.reader == nil {
+		w.reader = mgr.GetAPIReader()
+	}
+	if w.recorder == nil {
+		w.recorder = mgr.GetEventRecorder(EventSource)
 	}
 }
 
@@ -306,10 +322,10 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 // one back instead. The clock is read once for the decisions, and once when the patch is accepted.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
-	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+	if err := r.wired.client.Get(ctx, req.NamespacedName, node); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	now := r.Clock.Now()
+	now := r.wired.clock.Now()
 	plans := make([]*plan, 0, len(r.running))
 	var errs []error
 	permitted := r.Confinement.Permits()
@@ -350,7 +366,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 		return nil
 	}
 	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
-	notReady, readySince := g.checkGates(ctx, r.Client, node, now)
+	notReady, readySince := g.checkGates(ctx, r.wired.client, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
 		notReady: notReady}
 	switch {
@@ -472,7 +488,7 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		if !first {
 			// The cache lost the race; read the Node as the API server has it now.
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			if err := r.wired.reader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 				return err
 			}
 		}
@@ -483,7 +499,7 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 			sent = nil
 			return nil
 		}
-		err := writeTaints(ctx, r.Client, orig, node)
+		err := writeTaints(ctx, r.wired.client, orig, node)
 		if apierrors.IsConflict(err) && conflict != nil {
 			conflict(orig)
 		}

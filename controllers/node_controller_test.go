@@ -161,11 +161,21 @@ var _ = Describe("NodeReconciler", func() {
 			}
 		})
 
-		It("finds a socket that appears after the start", func(ctx SpecContext) {
+		It("finds a socket that appears after the start, leaving the embedder's struct as it was set", func(ctx SpecContext) {
 			createNode(ctx, nodeName, startupTaint)
 			registerDriver(ctx, nodeName, nil)
 			path := filepath.Join(GinkgoT().TempDir(), "csi.sock")
-			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(path))}})
+			check := &controllers.ConfinementCheck{}
+			r := &controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(path))},
+				Confinement: check}
+			startManager(r)
+			// The manager's client, recorder and the real clock are used, not written into r.
+			Expect(r.Client).To(BeNil())
+			Expect(r.APIReader).To(BeNil())
+			Expect(r.Recorder).To(BeNil())
+			Expect(r.Clock).To(BeNil())
+			Expect(check.Client).To(BeNil())
+			Expect(check.NodeName).To(BeEmpty())
 			expectTaintStays(ctx)
 
 			d, err := fakecsi.Start(path, driverName, fakecsi.Ready)

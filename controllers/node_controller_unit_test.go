@@ -173,6 +173,8 @@ func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 	recorder := events.NewFakeRecorder(1000)
 	r := newTestReconciler(t, c, expectations.AlwaysReady{}, gate)
 	r.Recorder = recorder
+	r.build() // the recorder is read when the reconciler is built
+	probe(r)
 	for i := range 100 {
 		// Alternate between two reasons for waiting, never letting the taint go.
 		if i%2 == 0 {

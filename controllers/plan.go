@@ -104,7 +104,7 @@ func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*
 		}
 		return
 	}
-	written := r.Clock.Now()
+	written := r.wired.clock.Now()
 	for _, p := range plans {
 		p.orig, p.err, p.written = orig, err, written
 	}
