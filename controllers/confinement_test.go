@@ -415,7 +415,7 @@ func policyRefusals(t *testing.T) map[string]error {
 
 func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
 	known := []string{RefusalSettings, RefusalUpdateOnly, RefusalConditionsOnly, RefusalStatusOff, RefusalNodeClaim, RefusalOwnNode,
-		RefusalTaints, RefusalSpec, RefusalMetadata, RefusalRemovedRecord, RefusalNode, RefusalStatus, RefusalCondition,
+		RefusalTaints, RefusalSpec, RefusalMetadata, RefusalRemovedRecord, RefusalBootRecord, RefusalNode, RefusalStatus, RefusalCondition,
 		RefusalManagedEntries, RefusalManagedGained, RefusalManagedLost,
 		RefusalEventRegarding, RefusalEventReporter, RefusalEventMetadata, RefusalEventUpdate}
 	refusals := policyRefusals(t)
@@ -437,7 +437,7 @@ func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
 	refusals := policyRefusals(t)
 	// What each rule of own-node-only, which judges the removal, sends an operator to check.
 	want := map[string]string{
-		RefusalSettings: "its settings, which the refusal quotes", RefusalTaints: "--taint", RefusalRemovedRecord: "--taint",
+		RefusalSettings: "its settings, which the refusal quotes", RefusalTaints: "--taint", RefusalRemovedRecord: "--taint", RefusalBootRecord: "--taint",
 		RefusalConditionsOnly: "--conditions-only", RefusalStatusOff: "--condition-type", RefusalStatus: "--condition-type",
 		RefusalCondition: "--condition-type", RefusalUpdateOnly: "token", RefusalNodeClaim: "token", RefusalOwnNode: "token",
 		RefusalSpec: "mutating admission", RefusalMetadata: "mutating admission", RefusalNode: "mutating admission",

@@ -33,6 +33,13 @@ const (
 	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
 )
 
+// The actions of the TaintAddedBack events that say why a taint went back, beside continuous
+// mode's AddTaint: the plugin tells the cases apart by them.
+const (
+	EventActionAddTaintAfterReboot = "AddTaintAfterReboot"
+	EventActionAddTaintAtShutdown  = "AddTaintAtShutdown"
+)
+
 // Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
 // lines here. Two reporters stand apart, each beside what it observes: the confinement check's
 // verdicts (confinement.go), and each gate's result, logged when it changes and kept in
@@ -65,7 +72,7 @@ func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
 // observed of the taints, the wait for a gate, and a dry run's change it did not make.
 func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, p *plan) {
 	r.reportCSIDriver(ctx, p.g)
-	r.reportObservation(ctx, node, p.specs, p.g.taintSpecs(0), p.obs)
+	r.reportObservation(ctx, node, p.specs, p.g.startupSpecs(), p.obs)
 	if p.waiting {
 		r.reportWaiting(ctx, node, p.v.notReady, p.firstWait)
 	}
@@ -174,12 +181,29 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
-// reportRetaint reports a startup taint that continuous mode put back: the counter, a Warning
-// event and a log line.
-func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
+// reportRetaint reports a startup taint put back, for cause (continuous mode's failing gate when
+// empty): the counter, a Warning event and a log line.
+func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, cause string, v verdict) {
+	logger := log.FromContext(ctx)
+	switch cause {
+	case causeReboot:
+		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAfterReboot).Inc()
+		logger.Info("put a startup taint back: the node rebooted and a readiness gate does not pass yet", "taint", spec.String(),
+			"bootID", node.Status.NodeInfo.BootID, "gate", v.notReady.gate, "reason", v.notReady.reason)
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, EventActionAddTaintAfterReboot,
+			"Put startup taint %s back: the node rebooted (boot %s): %s; it comes off once every gate passes",
+			spec, node.Status.NodeInfo.BootID, v.notReady.Error())
+		return
+	case causeShutdown:
+		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAtShutdown).Inc()
+		logger.Info("put a startup taint back: the node is shutting down", "taint", spec.String())
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, EventActionAddTaintAtShutdown,
+			"Put startup taint %s back: the node is shutting down; it comes off once every gate passes after the boot", spec)
+		return
+	}
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
-	log.FromContext(ctx).Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
+	logger.Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
 	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, "AddTaint",
 		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",

@@ -184,18 +184,11 @@ func (g *group) logContext(ctx context.Context) context.Context {
 	return log.IntoContext(ctx, log.FromContext(ctx).WithValues("group", g.Name))
 }
 
-// taintSpecs returns the group's specs, with the taint continuous mode puts back when they do
-// not select it, or the CSI driver's default once its name is known.
-func (g *group) taintSpecs(retaintAfter time.Duration) []TaintSpec {
+// startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's
+// default once its name is known.
+func (g *group) startupSpecs() []TaintSpec {
 	if len(g.Taints) > 0 {
-		if retaintAfter <= 0 {
-			return g.Taints
-		}
-		retaint := RetaintSpec(g.Taints)
-		if len(MatchingTaints([]corev1.Taint{{Key: retaint.Key, Effect: retaint.Effect}}, g.Taints)) > 0 {
-			return g.Taints
-		}
-		return append(slices.Clip(g.Taints), retaint)
+		return g.Taints
 	}
 	if name := g.driverName(); name != "" {
 		return []TaintSpec{DefaultTaintSpec(name)}
@@ -203,12 +196,27 @@ func (g *group) taintSpecs(retaintAfter time.Duration) []TaintSpec {
 	return nil
 }
 
-// retaintKey is RetaintSpec's String in continuous mode, and empty otherwise.
-func (g *group) retaintKey(retaintAfter time.Duration) string {
-	if retaintAfter <= 0 {
-		return ""
+// taintSpecs are the group's startup taints and, when putBack and they do not select it, the
+// taint an agent puts back (RetaintSpec; see NodeReconciler.putsBack).
+func (g *group) taintSpecs(putBack bool) []TaintSpec {
+	specs := g.startupSpecs()
+	if len(specs) == 0 || !putBack {
+		return specs
 	}
-	return RetaintSpec(g.Taints).String()
+	back := RetaintSpec(specs)
+	if len(MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) > 0 {
+		return specs
+	}
+	return append(slices.Clip(specs), back)
+}
+
+// retaintKey is RetaintSpec's String when putBack, and empty otherwise or before the group's
+// taints are known.
+func (g *group) retaintKey(putBack bool) string {
+	if specs := g.startupSpecs(); putBack && len(specs) > 0 {
+		return RetaintSpec(specs).String()
+	}
+	return ""
 }
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when

@@ -176,6 +176,9 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.setupConfinement(mgr); err != nil {
 		return err
 	}
+	if err := mgr.Add(atShutdown{r}); err != nil {
+		return fmt.Errorf("adding the shutdown re-taint: %w", err)
+	}
 
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -275,20 +278,22 @@ func (w *wiring) from(mgr ctrl.Manager) {
 func (r *NodeReconciler) servedTaints() []TaintSpec {
 	specs := make([]TaintSpec, 0, len(r.running))
 	for _, g := range r.running {
-		specs = append(specs, g.taintSpecs(r.RetaintAfter)...)
+		specs = append(specs, g.taintSpecs(true)...)
 	}
 	return specs
 }
 
-// nodeChanged lets through node creations, and updates that change the taints or the allocatable
-// amount of a resource a group requires. Kubelet's other status updates and resyncs cannot change
-// the outcome, so they cause no reconcile.
+// nodeChanged lets through node creations, and updates that change the taints, the boot ID or
+// what a gate reads of the Node (NodeReader). Kubelet's other status updates and resyncs cannot
+// change the outcome, so they cause no reconcile.
 func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
+				// A reboot kubelet reports after the agent started (reboot.go).
+				oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID ||
 				r.anyGroup(func(g *group) bool {
 					// The configured gates, never g.checks: the informer's goroutine runs this
 					// while the reconcile writes the checks' logs.
@@ -360,12 +365,13 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 // decide observes the group's taints, checks its gates and decides what to change and what to
 // say, which reportDecision says: nil when the group's taints are not known yet.
 func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node, now time.Time) *plan {
-	specs := g.taintSpecs(r.RetaintAfter)
+	putBack := r.putsBack(g, node)
+	specs := g.taintSpecs(putBack)
 	if len(specs) == 0 {
 		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
 		return nil
 	}
-	obs := g.state.observe(node, specs, g.retaintKey(r.RetaintAfter), now)
+	obs := g.state.observe(node, specs, g.retaintKey(putBack), now)
 	notReady, readySince := g.checkGates(ctx, r.wired.client, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
 		notReady: notReady}
@@ -373,7 +379,9 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 	case r.ConditionsOnly:
 		// The condition is the whole job: another controller owns the taints.
 	case len(obs.held) == 0:
-		r.planRetaint(p)
+		if !r.planAfterReboot(node, p) {
+			r.planRetaint(p)
+		}
 	default:
 		r.planRemoval(ctx, node, p)
 	}
@@ -417,6 +425,8 @@ func (r *NodeReconciler) outcome(ctx context.Context, node *corev1.Node, p *plan
 		return r.removalOutcome(ctx, node, p)
 	case p.retaint != nil:
 		return 0, r.retaintOutcome(ctx, node, p)
+	case p.recordBoot && p.err != nil:
+		return 0, fmt.Errorf("recording node %s's boot: %w", node.Name, p.err)
 	}
 	return p.requeue, nil
 }
@@ -495,7 +505,9 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 		first = false
 		orig := node.DeepCopy()
 		change(node)
-		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) {
+		// Skipped when it changes nothing: the taints and the boot record are all it writes (the
+		// removed record changes only with the taints).
+		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) && orig.Annotations[BootAnnotation] == node.Annotations[BootAnnotation] {
 			sent = nil
 			return nil
 		}

@@ -32,6 +32,12 @@ var (
 	networkRequirement = gates.ConditionRequirement{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}
 )
 
+// withNewBoot is n with the boot ID kubelet reports after a reboot.
+func withNewBoot(n *corev1.Node) *corev1.Node {
+	n.Status.NodeInfo.BootID = "boot-2"
+	return n
+}
+
 // Kubelet rewrites every condition's heartbeat every few seconds on every Node: only a change of a
 // required condition may cost a reconcile.
 func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
@@ -48,13 +54,14 @@ func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
 		{nodeWithConditions(testStart, networkUnavailable), nodeWithConditions(later, networkUnavailable)},                            // its heartbeat
 		{nodeWithConditions(testStart, networkUnavailable), nodeWithConditions(later, networkAvailable)},                              // it turns
 		{nodeWithConditions(testStart, networkAvailable, kubeletReady), nodeWithConditions(later, networkAvailable, kubeletNotReady)}, // another
+		{nodeWithConditions(testStart, kubeletReady), withNewBoot(nodeWithConditions(later, kubeletReady))},                           // a reboot
 	} {
 		if changed.Update(event.UpdateEvent{ObjectOld: u.old, ObjectNew: u.new}) {
 			reconciles++
 		}
 	}
-	if reconciles != 2 {
-		t.Errorf("%d of 6 updates cause a reconcile, want 2: the condition appearing and turning", reconciles)
+	if reconciles != 3 {
+		t.Errorf("%d of 7 updates cause a reconcile, want 3: the condition appearing and turning, and a new boot ID", reconciles)
 	}
 }
 

@@ -23,8 +23,12 @@ type plan struct {
 	// remove is set when the group's startup taints go now; forced, when MaxWait forces them.
 	remove bool
 	forced bool
-	// retaint is the taint continuous mode puts back now.
+	// retaint is the taint put back now, and cause why: continuous mode's failing gate, unless
+	// the Node rebooted (causeReboot).
 	retaint *TaintSpec
+	cause   string
+	// recordBoot is set when the boot record alone is brought up to this boot (reboot.go).
+	recordBoot bool
 	// requeue is when to reconcile again for this group, when nothing is written.
 	requeue time.Duration
 
@@ -43,31 +47,37 @@ type plan struct {
 }
 
 // changes reports whether the plan writes to the Node.
-func (p *plan) changes() bool { return p.remove || p.retaint != nil }
+func (p *plan) changes() bool { return p.remove || p.retaint != nil || p.recordBoot }
 
 // apply makes the plan's change to n.
 func (p *plan) apply(n *corev1.Node) {
-	if p.retaint != nil {
+	switch {
+	case p.retaint != nil:
 		if len(MatchingTaints(n.Spec.Taints, []TaintSpec{*p.retaint})) == 0 {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: p.retaint.Key, Effect: p.retaint.Effect})
 		}
-		return
+	case p.remove:
+		removeTaints(n, p.specs)
+	case p.recordBoot:
+		recordBoot(n, specKeys(p.specs))
 	}
-	removeTaints(n, p.specs)
 }
 
-// removeTaints removes the taints specs select from n, and records them in RemovedAnnotation: the
-// change a removal sends, and the one the confinement check asks the API server about.
+// removeTaints removes the taints specs select from n, and records them in RemovedAnnotation and
+// this boot in BootAnnotation: the change a removal sends, and the one the confinement check asks
+// the API server about.
 func removeTaints(n *corev1.Node, specs []TaintSpec) {
 	selecting := specsSelecting(n.Spec.Taints, specs)
 	if len(selecting) == 0 {
 		return
 	}
-	// In the same patch, so a later process knows these were removed once (see RemovedAnnotation).
+	// In the same patch, so a later process knows these were removed once (see RemovedAnnotation),
+	// and in which boot (see BootAnnotation).
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}
 	n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
+	recordBoot(n, specKeys(specs))
 	n.Spec.Taints = WithoutTaints(n.Spec.Taints, specs)
 }
 

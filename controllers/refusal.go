@@ -19,6 +19,7 @@ const (
 	RefusalSpec           = "spec"
 	RefusalMetadata       = "metadata"
 	RefusalRemovedRecord  = "removed-record"
+	RefusalBootRecord     = "boot-record"
 	RefusalNode           = "node"
 	RefusalStatus         = "status"
 	RefusalCondition      = "condition"
@@ -70,7 +71,7 @@ func refusalAdvice(refusal error) string {
 	switch tag := RefusalTag(refusal); tag {
 	case RefusalSettings:
 		setting = "its settings, which the refusal quotes: each must be valid and the agent's own (--taint, --retaint-after, --condition-type)"
-	case RefusalTaints, RefusalRemovedRecord:
+	case RefusalTaints, RefusalRemovedRecord, RefusalBootRecord:
 		setting = "--taint (with --config, each group's taints): its taintList must list every taint the agent removes, " +
 			"and its retaintAfter must be --retaint-after"
 	case RefusalStatusOff, RefusalStatus, RefusalCondition, RefusalConditionsOnly:

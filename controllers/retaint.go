@@ -62,6 +62,6 @@ func (r *NodeReconciler) retaintOutcome(ctx context.Context, node *corev1.Node, 
 		return nil // the Node was deleted, or has the taint already
 	}
 	p.g.state.recordRetaint(spec, p.v.notReady, p.now)
-	r.reportRetaint(ctx, node, spec, p.v)
+	r.reportRetaint(ctx, node, spec, p.cause, p.v)
 	return nil
 }

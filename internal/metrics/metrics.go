@@ -24,6 +24,10 @@ const (
 	ResultDryRun = "dry_run"
 	// ResultAdded counts a startup taint that --retaint-after put back.
 	ResultAdded = "added"
+	// ResultAddedAfterReboot counts a startup taint put back because the Node rebooted since its
+	// gates last passed; ResultAddedAtShutdown, one put back while kubelet shut the Node down.
+	ResultAddedAfterReboot = "added_after_reboot"
+	ResultAddedAtShutdown  = "added_at_shutdown"
 	// ResultWritten counts a Node condition written (--condition-type).
 	ResultWritten = "written"
 )
@@ -122,8 +126,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{labelTaint}))
 	m.Retaints = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_retaints_total",
-		Help: "Attempts to put a startup taint back (--retaint-after) after a readiness gate stopped passing, " +
-			"by result (added, conflict, forbidden, error, dry_run).",
+		Help: "Attempts to put a startup taint back: after a readiness gate stopped passing (--retaint-after), after a reboot, " +
+			"or while the node shuts down, by result (added, added_after_reboot, added_at_shutdown, conflict, forbidden, error, dry_run).",
 	}, []string{labelTaint, labelResult}))
 	m.ConditionWrites = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_condition_writes_total",

@@ -344,6 +344,7 @@ var (
 	msgEventMetadata = tagged(controllers.RefusalEventMetadata)
 	msgEventUpdate   = tagged(controllers.RefusalEventUpdate)
 	msgRemovedRecord = tagged(controllers.RefusalRemovedRecord)
+	msgBootRecord    = tagged(controllers.RefusalBootRecord)
 	msgCondition     = tagged(controllers.RefusalCondition)
 )
 
@@ -925,7 +926,8 @@ var _ = Describe("the rendered installs", func() {
 				if a.retaintAfter == "" {
 					err := patchNode(ctx, asAgent(own), own, add(back))
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
-					Expect(err.Error()).To(And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+")"), Not(ContainSubstring("back"))))
+					Expect(err.Error()).To(And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+")"),
+						ContainSubstring("back only after a reboot or while the Node shuts down")))
 					return
 				}
 				msg := And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+") and put "+strings.Join(a.retaints(), ", ")+" back"))
@@ -953,6 +955,78 @@ var _ = Describe("the rendered installs", func() {
 						n.Annotations[controllers.RemovedAnnotation] = strings.Join(removed, ",")
 					})).To(Succeed(), "and takes %s off again, recording it", back.ToString())
 				}
+			})
+
+			It("lets the agent put its taint back after a reboot and while kubelet shuts the Node down, keeping its boot record its own", func(ctx SpecContext) {
+				own := newNode(ctx)
+				// kubelet reports its boot, as its status setter does; the agent removes its taints
+				// and records the boot for each of its keys; another install's entry stays as it is.
+				boot := func(id string) func(*corev1.Node) { return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id } }
+				record := func(id string) string {
+					var entries []string
+					for _, spec := range a.taints {
+						if e := spec.Key + "=" + id; !slices.Contains(entries, e) {
+							entries = append(entries, e)
+						}
+					}
+					return "example.com/other=boot-0," + strings.Join(entries, ",")
+				}
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, boot("boot-1"))).To(Succeed())
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Annotations[controllers.BootAnnotation] = "example.com/other=boot-0" })).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+					removeStartup(n)
+					n.Annotations[controllers.BootAnnotation] = record("boot-1")
+				})).To(Succeed(), "the removal records the boot")
+				for what, value := range map[string]string{
+					"another boot ID in its entry":   record("forged"),
+					"another install's entry":        strings.Replace(record("boot-1"), "boot-0", "boot-1", 1),
+					"its entry removed":              "example.com/other=boot-0",
+					"another install's entry erased": strings.TrimPrefix(record("boot-1"), "example.com/other=boot-0,"),
+				} {
+					err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) { n.Annotations[controllers.BootAnnotation] = value })
+					Expect(err).To(MatchError(ContainSubstring(msgBootRecord)), what)
+				}
+				backs := make([]corev1.Taint, 0, len(a.groupTaints))
+				for _, g := range a.groupTaints {
+					backs = append(backs, corev1.Taint{Key: g[0].Key, Effect: corev1.TaintEffectNoSchedule})
+				}
+				putBack := func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, backs...) }
+				takeOff := func(id string) func(*corev1.Node) {
+					return func(n *corev1.Node) {
+						for _, b := range backs {
+							n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: b.Key, Effect: b.Effect}})
+						}
+						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.retaints(), ",")
+						n.Annotations[controllers.BootAnnotation] = record(id)
+					}
+				}
+				if a.retaintAfter == "" {
+					Expect(patchNode(ctx, asAgent(own), own, putBack)).To(MatchError(ContainSubstring(msgTaintsOnly)), "in the same boot")
+					Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) {
+						n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+							Message: "container runtime is down"}}
+					})).To(Succeed())
+					Expect(patchNode(ctx, asAgent(own), own, putBack)).To(MatchError(ContainSubstring(msgTaintsOnly)), "not ready for another reason")
+				}
+
+				By("a reboot: kubelet reports another boot")
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, boot("boot-2"))).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, putBack)).To(Succeed(), "the taints go back after the reboot")
+				Expect(patchNode(ctx, asAgent(own), own, takeOff("boot-2"))).To(Succeed(), "and come off, recording this boot")
+				if a.retaintAfter == "" {
+					Expect(patchNode(ctx, asAgent(own), own, putBack)).To(MatchError(ContainSubstring(msgTaintsOnly)), "once this boot is recorded")
+				}
+
+				By("a graceful shutdown: kubelet's Ready condition says so")
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) {
+					n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+						Message: "[container runtime is down, " + controllers.NodeShuttingDownMessage + "]"}}
+				})).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, putBack)).To(Succeed(), "the taints go back as the node shuts down")
+				err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+					n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/new", Effect: corev1.TaintEffectNoSchedule})
+				})
+				Expect(err).To(MatchError(ContainSubstring(msgTaintsOnly)), "no other taint, even then")
 			})
 
 			It("lets the agent write exactly its own Node condition, and only when the install names one", func(ctx SpecContext) {

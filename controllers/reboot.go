@@ -1,0 +1,154 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
+)
+
+// A rebooted node keeps its Node object, and kubelet's --register-with-taints acts only when the
+// Node is created, so the node comes back without its startup taints and takes pods as soon as
+// kubelet reports Ready, before its agents are back. The boot record tells the agent, and the
+// admission policy, that the node rebooted since the agent last found its gates passing: then
+// the taint goes back on at once, until the gates pass again.
+
+// Why a taint goes back, beside continuous mode's failing gate.
+const (
+	causeReboot   = "reboot"
+	causeShutdown = "shutdown"
+)
+
+// BootAnnotation records, for each startup taint key, the Node's boot ID (status.nodeInfo.bootID)
+// when an agent last removed that taint or found its gates passing, as KEY=BOOTID entries,
+// comma-separated. The admission policy lets an agent set only its own keys' entries, only to the
+// Node's boot ID.
+const BootAnnotation = "startup-taint-remover.github.io/boot"
+
+// bootEntries returns BootAnnotation's entries as written, nil when the Node has none.
+func bootEntries(n *corev1.Node) []string {
+	v, ok := n.Annotations[BootAnnotation]
+	if !ok {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// bootEntry splits an entry as the admission policy does: KEY=BOOTID, or no entry of a key.
+func bootEntry(e string) (key, boot string, ok bool) {
+	parts := strings.Split(e, "=")
+	if len(parts) != 2 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// recordedBoot returns the boot ID recorded for key, and whether there is one.
+func recordedBoot(n *corev1.Node, key string) (string, bool) {
+	for _, e := range bootEntries(n) {
+		if k, boot, ok := bootEntry(e); ok && k == key {
+			return boot, true
+		}
+	}
+	return "", false
+}
+
+// specKeys are the distinct keys of specs, in order.
+func specKeys(specs []TaintSpec) []string {
+	keys := make([]string, 0, len(specs))
+	for _, s := range specs {
+		if !slices.Contains(keys, s.Key) {
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
+}
+
+// recordBoot sets the entries of keys in n's boot record to its boot ID, leaving every other
+// entry as it was and where it was; it does nothing while the Node reports no boot ID.
+func recordBoot(n *corev1.Node, keys []string) {
+	boot := n.Status.NodeInfo.BootID
+	if boot == "" {
+		return
+	}
+	entries := bootEntries(n)
+	for _, key := range keys {
+		found := false
+		for i, e := range entries {
+			if k, _, ok := bootEntry(e); ok && k == key {
+				entries[i], found = key+"="+boot, true
+			}
+		}
+		if !found {
+			entries = append(entries, key+"="+boot)
+		}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[BootAnnotation] = strings.Join(entries, ",")
+}
+
+// rebooted reports whether the Node booted again since key's boot was recorded.
+func rebooted(n *corev1.Node, key string) bool {
+	boot := n.Status.NodeInfo.BootID
+	recorded, ok := recordedBoot(n, key)
+	return boot != "" && ok && recorded != boot
+}
+
+// bootBehind reports whether the record should be brought up to this boot for the group's specs:
+// an entry of theirs is from another boot, or one is missing while the Node's removed record says
+// the taint was removed once (by an agent from before the boot record, or its entry was lost).
+func bootBehind(n *corev1.Node, specs []TaintSpec) bool {
+	boot := n.Status.NodeInfo.BootID
+	if boot == "" {
+		return false
+	}
+	removed := removedSpecs(n)
+	for _, key := range specKeys(specs) {
+		recorded, ok := recordedBoot(n, key)
+		if ok && recorded != boot || !ok && slices.ContainsFunc(removed, func(s string) bool { return strings.Split(s, ":")[0] == key }) {
+			return true
+		}
+	}
+	return false
+}
+
+// putsBack reports whether the group's taint in the form an agent puts back (RetaintSpec) is the
+// agent's to remove: in continuous mode, and on a Node whose boot was recorded for the group,
+// where an agent puts it back after a reboot or at a shutdown. Elsewhere a taint of the same key
+// in that form is another writer's, unless a spec selects it.
+func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
+	specs := g.startupSpecs()
+	if len(specs) == 0 {
+		return false
+	}
+	_, recorded := recordedBoot(node, RetaintSpec(specs).Key)
+	return r.RetaintAfter > 0 || recorded
+}
+
+// planAfterReboot decides, for a group none of whose startup taints is on the Node, whether the
+// Node rebooted since its boot was recorded: while a gate does not pass (once probed), its taint
+// goes back at once; once they pass, the record is brought up to this boot, so that a later
+// restart of the agent in the same boot (a rollout) never reads as a reboot. It reports whether
+// it decided the group's change.
+func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
+	notReady := p.v.notReady
+	switch {
+	case notReady == nil:
+		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
+		return false
+	case notReady.reason == gates.ReasonNotProbed || !rebooted(node, RetaintSpec(p.specs).Key):
+		return false
+	}
+	spec := RetaintSpec(p.specs)
+	p.cause = causeReboot
+	if r.DryRun {
+		p.wouldRetaint = p.g.state.firstWouldRetaint()
+		return true
+	}
+	p.retaint = &spec
+	return true
+}

@@ -1,0 +1,166 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+)
+
+// updateStatus changes the Node's status as kubelet would.
+func (e *episodeTest) updateStatus(change func(*corev1.Node)) {
+	e.t.Helper()
+	node := e.node()
+	change(node)
+	if err := e.c.Status().Update(context.Background(), node); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// restart stands for a new process of the agent: its state is gone, and its gate is probed with
+// ready's result.
+func (e *episodeTest) restart(ready bool) {
+	e.r.build()
+	e.ready(ready)
+}
+
+// booted sets the boot ID kubelet reports, as its status setter does at every start.
+func booted(id string) func(*corev1.Node) {
+	return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id }
+}
+
+func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
+	node := testNode("uid-b1", startup, foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	e := newEpisodeTest(t, node)
+	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAfterReboot))
+	e.ready(true)
+	e.reconcile()
+	if got := e.node().Annotations[BootAnnotation]; got != startup.Key+"=boot-1" {
+		t.Fatalf("%s = %q after the removal, want the boot it was removed in", BootAnnotation, got)
+	}
+	e.events()
+
+	// The node reboots: kubelet reports a new boot ID, and the agent starts before its driver.
+	e.updateStatus(booted("boot-2"))
+	e.restart(false)
+	if wait := e.reconcile(); wait != 0 {
+		t.Fatalf("requeue after %s, want the taint back at once", wait)
+	}
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v after the reboot, want %v back", got, retaintTaint)
+	}
+	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
+		"the node rebooted (boot boot-2): flip gate: driver reports not ready; it comes off once every gate passes")
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAfterReboot)) - added; got != 1 {
+		t.Fatalf(`startup_taint_retaints_total{result="added_after_reboot"} rose by %v, want 1`, got)
+	}
+
+	// The driver is back: the taint goes, and the record names this boot.
+	e.ready(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v once the gates pass, want only %v", got, foreign)
+	}
+	if got := e.node().Annotations[BootAnnotation]; got != startup.Key+"=boot-2" {
+		t.Fatalf("%s = %q, want this boot", BootAnnotation, got)
+	}
+
+	// The agent's own rollout in the same boot, with its driver restarting too: no re-taint.
+	e.restart(false)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v after a restart of the agent in the same boot", got)
+	}
+}
+
+func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing.T) {
+	node := testNode("uid-b2", foreign)
+	node.Status.NodeInfo.BootID = "boot-2"
+	// Removed in boot 1, by an agent of this release; and another install's entry, kept.
+	node.Annotations = map[string]string{RemovedAnnotation: startup.Key, BootAnnotation: "example.com/other=boot-1," + startup.Key + "=boot-1"}
+	e := newEpisodeTest(t, node)
+	e.ready(true)
+	e.reconcile()
+	if got := e.node().Annotations[BootAnnotation]; got != "example.com/other=boot-1,"+startup.Key+"=boot-2" {
+		t.Fatalf("%s = %q, want this boot in the agent's entry only, in its place", BootAnnotation, got)
+	}
+	e.restart(false)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v: a restart after the record was brought up to date read as a reboot", got)
+	}
+}
+
+func TestARemovalByAnAgentFromBeforeTheBootRecordIsRecordedOnce(t *testing.T) {
+	node := testNode("uid-b3", foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	node.Annotations = map[string]string{RemovedAnnotation: startup.Key}
+	e := newEpisodeTest(t, node)
+	e.ready(true)
+	e.reconcile()
+	after := e.node()
+	if got := after.Annotations[BootAnnotation]; got != startup.Key+"=boot-1" {
+		t.Fatalf("%s = %q, want this boot for the taint removed once", BootAnnotation, got)
+	}
+	e.reconcile()
+	if e.node().ResourceVersion != after.ResourceVersion {
+		t.Fatal("a second reconcile wrote again")
+	}
+}
+
+func TestWithoutABootIDOrARecordNothingGoesBack(t *testing.T) {
+	for name, node := range map[string]*corev1.Node{
+		"no boot ID":            testNode("uid-b4", foreign),
+		"no record of its boot": func() *corev1.Node { n := testNode("uid-b5", foreign); n.Status.NodeInfo.BootID = "boot-1"; return n }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEpisodeTest(t, node)
+			e.ready(false)
+			e.reconcile()
+			if got := e.node(); !equalTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[BootAnnotation] != "" {
+				t.Fatalf("taints %v, boot record %q: want nothing written", got.Spec.Taints, got.Annotations[BootAnnotation])
+			}
+		})
+	}
+}
+
+func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
+	shutting := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+		Message: "[container runtime is down, node is shutting down]"}
+	for name, tt := range map[string]struct {
+		ready  corev1.NodeCondition
+		record string
+		want   []corev1.Taint
+	}{
+		"shutting down":    {shutting, startup.Key + "=boot-1", []corev1.Taint{foreign, retaintTaint}},
+		"a rollout: Ready": {corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}, startup.Key + "=boot-1", []corev1.Taint{foreign}},
+		"not ready for another reason": {corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Message: "container runtime is down"},
+			startup.Key + "=boot-1", []corev1.Taint{foreign}},
+		"no record of its boot": {shutting, "", []corev1.Taint{foreign}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := testNode("uid-s", foreign)
+			node.Status.NodeInfo.BootID = "boot-1"
+			node.Status.Conditions = []corev1.NodeCondition{tt.ready}
+			if tt.record != "" {
+				node.Annotations = map[string]string{BootAnnotation: tt.record}
+			}
+			e := newEpisodeTest(t, node)
+			e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
+			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtShutdown))
+			e.r.retaintAtShutdown(context.Background())
+			if got := e.taints(); !equalTaints(got, tt.want) {
+				t.Fatalf("taints %v as the agent stops, want %v", got, tt.want)
+			}
+			want := float64(len(tt.want) - 1)
+			if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtShutdown)) - added; got != want {
+				t.Fatalf(`startup_taint_retaints_total{result="added_at_shutdown"} rose by %v, want %v`, got, want)
+			}
+		})
+	}
+}

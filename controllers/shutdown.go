@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// During a graceful node shutdown, kubelet's shutdown manager (pkg/kubelet/nodeshutdown) makes
+// ShutdownStatus return "node is shutting down", which the Ready condition's setter
+// (pkg/kubelet/nodestatus) joins into its message with status False, and then stops the pods in
+// priority order. An agent stopped while its Node says so puts each group's taint back, so the
+// node comes back from the reboot already tainted; any other stop (a rollout of its DaemonSet, a
+// deleted or evicted pod) leaves the Node alone.
+
+// NodeShuttingDownMessage is what kubelet's Ready condition says while it shuts the node down.
+const NodeShuttingDownMessage = "node is shutting down"
+
+// shutdownWriteTimeout bounds the read and the patch sent as the agent stops.
+const shutdownWriteTimeout = 5 * time.Second
+
+// shuttingDown reports whether kubelet says the Node is shutting down.
+func shuttingDown(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, NodeShuttingDownMessage) {
+			return true
+		}
+	}
+	return false
+}
+
+// atShutdown is the manager runnable that puts the taints back when the agent stops during a
+// graceful node shutdown.
+type atShutdown struct{ r *NodeReconciler }
+
+// Start waits until the manager stops, then puts the taints back if the Node is shutting down.
+func (s atShutdown) Start(ctx context.Context) error {
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownWriteTimeout)
+	defer cancel()
+	s.r.retaintAtShutdown(stopCtx)
+	return nil
+}
+
+// retaintAtShutdown reads the Node from the API server and, while kubelet says it is shutting
+// down, puts back the taint of each group that holds none, in one patch. Nothing is logged as an
+// error: the process is stopping, and kubelet's Ready condition after the reboot shows the rest.
+func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
+	if r.DryRun || r.ConditionsOnly || !r.Confinement.Permits() {
+		return
+	}
+	logger := log.FromContext(ctx).WithValues("node", r.NodeName)
+	node := &corev1.Node{}
+	if err := r.wired.reader.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil {
+		logger.Info("could not read the Node as the agent stops; no taint put back", "error", err.Error())
+		return
+	}
+	if !shuttingDown(node) {
+		return
+	}
+	var plans []*plan
+	for _, g := range r.running {
+		// Only where the agent will know the taint as its own after the boot (putsBack).
+		specs := g.taintSpecs(true)
+		if !r.putsBack(g, node) || len(MatchingTaints(node.Spec.Taints, specs)) > 0 {
+			continue
+		}
+		back := RetaintSpec(specs)
+		plans = append(plans, &plan{g: g, specs: specs, retaint: &back, cause: causeShutdown})
+	}
+	r.write(ctx, node, plans)
+	for _, p := range plans {
+		switch {
+		case p.err != nil:
+			r.reportRetaintFailure(*p.retaint, p.err)
+			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.retaint.String(), "error", p.err.Error())
+		case p.retainted():
+			r.reportRetaint(ctx, node, *p.retaint, causeShutdown, verdict{})
+		}
+	}
+}
