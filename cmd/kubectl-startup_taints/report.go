@@ -22,13 +22,31 @@ const (
 	StateHeld = "held"
 	// StateHeldAgain: on the Node again after an agent removed it once.
 	StateHeldAgain = "held again"
-	// StatePutBack: put back by continuous mode (--retaint-after).
-	StatePutBack = "put back"
+	// StatePutBack: put back by continuous mode (--retaint-after); StatePutBackRebooted, because
+	// the node rebooted before its gates passed; StatePutBackShutdown, as the node shut down.
+	StatePutBack         = "put back"
+	StatePutBackRebooted = "put back: rebooted"
+	StatePutBackShutdown = "put back: shut down"
 	// StateRemoved: removed once every gate passed.
 	StateRemoved = "removed"
 	// StateForced: removed by --max-wait while a gate did not pass.
 	StateForced = "forced"
+	// StateNoInstall: a taint that looks like a startup taint (conventionalStartupKey) and that no
+	// install serves: nothing will remove it.
+	StateNoInstall = "no install"
 )
+
+// noReport is a held taint's detail when no agent has said anything about its Node: no condition
+// and no event, so its agent may never have run there.
+const noReport = "no agent has reported on this node"
+
+// conventionalStartupKey reports whether key is named as startup taints are by convention: a
+// driver's <name>/agent-not-ready (the agent's default), Cluster Autoscaler's startup-taint prefix
+// and readiness.k8s.io/. The StartupTaintWithoutAgent alert matches the same keys.
+func conventionalStartupKey(key string) bool {
+	return strings.HasSuffix(key, "/agent-not-ready") || strings.HasPrefix(key, "startup-taint.cluster-autoscaler.kubernetes.io/") ||
+		strings.HasPrefix(key, "readiness.k8s.io/")
+}
 
 // Row is one startup taint of one Node.
 type Row struct {
@@ -130,7 +148,23 @@ func eventTime(e corev1.Event) time.Time {
 func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool) []Row {
 	removed := strings.Split(node.Annotations[controllers.RemovedAnnotation], ",")
 	gate, detail := holdingGate(node, events)
+	if gate == "" && detail == "" && len(events) == 0 {
+		detail = noReport
+	}
 	var rows []Row
+	served := func(t corev1.Taint) bool {
+		for _, in := range installs {
+			if len(controllers.MatchingTaints([]corev1.Taint{t}, in.specs)) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, t := range node.Spec.Taints {
+		if conventionalStartupKey(t.Key) && !served(t) {
+			rows = append(rows, Row{Node: node.Name, Taint: t.ToString(), State: StateNoInstall, Detail: "no install serves this taint", Install: "-"})
+		}
+	}
 	for _, in := range installs {
 		for _, spec := range in.specs {
 			held := controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{spec})
@@ -145,6 +179,12 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 				case in.retaint[spec] || putBack && slices.Contains(removed, spec.String()):
 					r.State = StatePutBack
 					if putBack {
+						switch put.Action {
+						case controllers.EventActionAddTaintAfterReboot:
+							r.State = StatePutBackRebooted
+						case controllers.EventActionAddTaintAtShutdown:
+							r.State = StatePutBackShutdown
+						}
 						r.Since, r.Detail = timePtr(eventTime(put)), put.Message
 						if m := anyGate.FindStringSubmatch(put.Message); m != nil {
 							r.Gate = m[1]

@@ -31,12 +31,22 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 		{name: "put back by continuous mode", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
 			events: nodeEvents{controllers.EventReasonTaintAddedBack: event(controllers.EventReasonTaintAddedBack, "Put startup taint a:NoSchedule back: csi gate: not ready for 2m0s")},
 			want:   []string{"a:NoExecute removed", "a:NoSchedule put back"}},
+		{name: "put back after a reboot", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
+			events: nodeEvents{controllers.EventReasonTaintAddedBack: withAction(event(controllers.EventReasonTaintAddedBack,
+				"Put startup taint a:NoSchedule back: the node rebooted (boot b): csi gate: not ready"), controllers.EventActionAddTaintAfterReboot)},
+			want: []string{"a:NoExecute removed", "a:NoSchedule put back: rebooted"}},
+		{name: "put back as the node shut down", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
+			events: nodeEvents{controllers.EventReasonTaintAddedBack: withAction(event(controllers.EventReasonTaintAddedBack,
+				"Put startup taint a:NoSchedule back: the node is shutting down"), controllers.EventActionAddTaintAtShutdown)},
+			want: []string{"a:NoExecute removed", "a:NoSchedule put back: shut down"}},
 		{name: "someone else's NoSchedule taint of the key, never removed by an agent", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}},
 		{name: "removed", record: "a:NoExecute", events: nodeEvents{controllers.EventReasonTaintRemoved: event(controllers.EventReasonTaintRemoved, "Removed")},
 			want: []string{"a:NoExecute removed"}},
 		{name: "forced", record: "a:NoExecute", events: nodeEvents{controllers.EventReasonTaintRemovedUnready: event(controllers.EventReasonTaintRemovedUnready, "after the maximum wait")},
 			want: []string{"a:NoExecute forced"}},
 		{name: "removed long ago: its events expired", record: "a:NoExecute", want: []string{"a:NoExecute removed"}},
+		{name: "a startup taint no install serves", taints: []corev1.Taint{{Key: "other.csi.example.com/agent-not-ready", Effect: "NoExecute"},
+			{Key: "example.com/dedicated", Effect: "NoSchedule"}}, want: []string{"other.csi.example.com/agent-not-ready:NoExecute no install"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", CreationTimestamp: metav1.NewTime(created)}, Spec: corev1.NodeSpec{Taints: tc.taints}}
@@ -50,7 +60,8 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 				switch {
 				case r.State == StateHeld && tc.taints[0].TimeAdded != nil && !r.Since.Equal(added.Time),
 					r.State == StateHeld && tc.taints[0].TimeAdded == nil && !r.Since.Equal(created),
-					r.State == StatePutBack && r.Gate != "csi":
+					r.State == StatePutBack && r.Gate != "csi", r.State == StatePutBackRebooted && r.Gate != "csi",
+					r.State == StateHeld && tc.events == nil && r.Detail != noReport:
 					t.Errorf("%+v", r)
 				}
 			}
@@ -64,4 +75,10 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withAction sets the event's action, as the agent's recorder does.
+func withAction(e corev1.Event, action string) corev1.Event {
+	e.Action = action
+	return e
 }

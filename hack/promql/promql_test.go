@@ -29,6 +29,10 @@ import (
 
 const repo = "../.."
 
+// kubeStateMetrics are the kube-state-metrics series a rule reads, for nodes where no agent runs
+// to export its own.
+var kubeStateMetrics = map[string]bool{"kube_node_spec_taint": true}
+
 // grafanaVariables are what Grafana writes in before a query reaches Prometheus.
 var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$job", ".*")
 
@@ -112,7 +116,7 @@ func TestEveryQueryParsesAndNamesOnlyMetricsTheAgentExports(t *testing.T) {
 		}
 		for _, name := range names {
 			named++
-			if !exported[name] {
+			if !exported[name] && !kubeStateMetrics[name] {
 				t.Errorf("%s: %s is not a metric the agent exports", q.where, name)
 			}
 		}
