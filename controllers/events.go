@@ -38,6 +38,7 @@ const (
 const (
 	EventActionAddTaintAfterReboot = "AddTaintAfterReboot"
 	EventActionAddTaintAtShutdown  = "AddTaintAtShutdown"
+	EventActionAddTaintAtCordon    = "AddTaintAtCordon"
 )
 
 // Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
@@ -193,6 +194,12 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, EventActionAddTaintAfterReboot,
 			"Put startup taint %s back: the node rebooted (boot %s): %s; it comes off once every gate passes",
 			spec, node.Status.NodeInfo.BootID, v.notReady.Error())
+		return
+	case causeCordon:
+		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAtCordon).Inc()
+		logger.Info("put a startup taint back: the node is cordoned, as before a reboot", "taint", spec.String())
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintAddedBack, EventActionAddTaintAtCordon,
+			"Put startup taint %s back: the node is cordoned; it comes off once the node is uncordoned and every gate passes", spec)
 		return
 	case causeShutdown:
 		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAtShutdown).Inc()

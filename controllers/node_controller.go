@@ -283,8 +283,8 @@ func (r *NodeReconciler) servedTaints() []TaintSpec {
 	return specs
 }
 
-// nodeChanged lets through node creations, and updates that change the taints, the boot ID or
-// what a gate reads of the Node (NodeReader). Kubelet's other status updates and resyncs cannot
+// nodeChanged lets through node creations, and updates that change the taints, the boot ID,
+// spec.unschedulable or what a gate reads of the Node (NodeReader). Kubelet's other status updates and resyncs cannot
 // change the outcome, so they cause no reconcile.
 func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
@@ -292,8 +292,8 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
-				// A reboot kubelet reports after the agent started (reboot.go).
-				oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID ||
+				// A reboot kubelet reports after the agent started, a cordon or an uncordon (reboot.go).
+				oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID || oldNode.Spec.Unschedulable != newNode.Spec.Unschedulable ||
 				r.anyGroup(func(g *group) bool {
 					// The configured gates, never g.checks: the informer's goroutine runs this
 					// while the reconcile writes the checks' logs.
@@ -398,6 +398,11 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
 	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
 	p.forced = notReady != nil && notReady.reason != gates.ReasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
+	if r.holdWhileCordoned(node, p) {
+		// Uncordoning is an update of the Node that nodeChanged lets through.
+		log.FromContext(ctx).V(4).Info("holding the taint put back on a cordoned node until it is uncordoned")
+		return
+	}
 	if notReady != nil && !p.forced {
 		// Not an error to retry: the prober or a gate's watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
@@ -425,6 +430,11 @@ func (r *NodeReconciler) outcome(ctx context.Context, node *corev1.Node, p *plan
 		return r.removalOutcome(ctx, node, p)
 	case p.retaint != nil:
 		return 0, r.retaintOutcome(ctx, node, p)
+	case p.recordBoot && refused(p.err):
+		// An install's policy from before the boot record refuses it; the removal's own
+		// confinement check reports that (RemovalRefused). Tried again at the next change.
+		log.FromContext(ctx).Info("the boot record was refused; a reboot will not put the taint back until it is written",
+			"error", p.err.Error())
 	case p.recordBoot && p.err != nil:
 		return 0, fmt.Errorf("recording node %s's boot: %w", node.Name, p.err)
 	}
@@ -507,7 +517,8 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 		change(node)
 		// Skipped when it changes nothing: the taints and the boot record are all it writes (the
 		// removed record changes only with the taints).
-		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) && orig.Annotations[BootAnnotation] == node.Annotations[BootAnnotation] {
+		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) &&
+			orig.Annotations[BootAnnotation] == node.Annotations[BootAnnotation] {
 			sent = nil
 			return nil
 		}

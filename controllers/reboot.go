@@ -13,12 +13,16 @@ import (
 // Node is created, so the node comes back without its startup taints and takes pods as soon as
 // kubelet reports Ready, before its agents are back. The boot record tells the agent, and the
 // admission policy, that the node rebooted since the agent last found its gates passing: then
-// the taint goes back on at once, until the gates pass again.
+// the taint goes back on at once, until the gates pass again. That comes after kubelet's Ready,
+// so pods pending for the node can land first; a node drained for a reboot is cordoned first,
+// and the agent puts its taint back then, and holds it while the node is cordoned, so the node
+// comes back tainted.
 
 // Why a taint goes back, beside continuous mode's failing gate.
 const (
 	causeReboot   = "reboot"
 	causeShutdown = "shutdown"
+	causeCordon   = "cordon"
 )
 
 // BootAnnotation records, for each startup taint key, the Node's boot ID (status.nodeInfo.bootID)
@@ -136,6 +140,16 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 // it decided the group's change.
 func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
 	notReady := p.v.notReady
+	if node.Spec.Unschedulable && r.putsBack(p.g, node) {
+		spec := RetaintSpec(p.specs)
+		p.cause = causeCordon
+		if r.DryRun {
+			p.wouldRetaint = p.g.state.firstWouldRetaint()
+			return true
+		}
+		p.retaint = &spec
+		return true
+	}
 	switch {
 	case notReady == nil:
 		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
@@ -150,5 +164,20 @@ func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
 		return true
 	}
 	p.retaint = &spec
+	return true
+}
+
+// holdWhileCordoned reports whether the taints the group holds are only the one an agent puts
+// back, on a cordoned Node: held until it is uncordoned, as a drained node is before its reboot.
+func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, p *plan) bool {
+	if !node.Spec.Unschedulable || !r.putsBack(p.g, node) {
+		return false
+	}
+	back := RetaintSpec(p.specs)
+	for _, t := range p.obs.held {
+		if t.Key != back.Key || t.Effect != back.Effect {
+			return false
+		}
+	}
 	return true
 }

@@ -164,3 +164,73 @@ func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
 		})
 	}
 }
+
+func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
+	node := testNode("uid-c1", startup, foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	e := newEpisodeTest(t, node)
+	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon))
+	e.ready(true)
+	e.reconcile()
+	e.events()
+
+	cordon := func(on bool) {
+		t.Helper()
+		n := e.node()
+		n.Spec.Unschedulable = on
+		if err := e.c.Update(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A drain before a reboot: the node is cordoned while its driver still works.
+	cordon(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v on a cordoned node, want %v back", got, retaintTaint)
+	}
+	expectEvents(t, e.events(), "Normal TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
+		"the node is cordoned; it comes off once the node is uncordoned and every gate passes")
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon)) - added; got != 1 {
+		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
+	}
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v: the gates pass, but the node is still cordoned", got)
+	}
+
+	// Uncordoned without a reboot: the taint goes at once.
+	cordon(false)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v after the uncordon, want only %v", got, foreign)
+	}
+}
+
+func TestACordonWithoutABootRecordLeavesTheNodeAlone(t *testing.T) {
+	node := testNode("uid-c2", foreign)
+	node.Spec.Unschedulable = true
+	e := newEpisodeTest(t, node)
+	e.ready(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v: a node whose taint no agent removed got one", got)
+	}
+}
+
+func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *testing.T) {
+	node := testNode("uid-c3", foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	node.Spec.Unschedulable = true
+	node.Annotations = map[string]string{BootAnnotation: startup.Key + "=boot-1"}
+	e := newEpisodeTest(t, node)
+	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon))
+	e.r.retaintAtShutdown(context.Background())
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v as the agent stops on a cordoned node, want %v back", got, retaintTaint)
+	}
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon)) - added; got != 1 {
+		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
+	}
+}

@@ -13,9 +13,9 @@ import (
 // During a graceful node shutdown, kubelet's shutdown manager (pkg/kubelet/nodeshutdown) makes
 // ShutdownStatus return "node is shutting down", which the Ready condition's setter
 // (pkg/kubelet/nodestatus) joins into its message with status False, and then stops the pods in
-// priority order. An agent stopped while its Node says so puts each group's taint back, so the
-// node comes back from the reboot already tainted; any other stop (a rollout of its DaemonSet, a
-// deleted or evicted pod) leaves the Node alone.
+// priority order. An agent stopped while its Node says so puts back the taint of each group whose
+// boot it recorded (putsBack), so the node comes back from the reboot already tainted; any other
+// stop (a rollout of its DaemonSet, a deleted or evicted pod) leaves the Node alone.
 
 // NodeShuttingDownMessage is what kubelet's Ready condition says while it shuts the node down.
 const NodeShuttingDownMessage = "node is shutting down"
@@ -47,7 +47,8 @@ func (s atShutdown) Start(ctx context.Context) error {
 }
 
 // retaintAtShutdown reads the Node from the API server and, while kubelet says it is shutting
-// down, puts back the taint of each group that holds none, in one patch. Nothing is logged as an
+// down or the Node is cordoned, puts back the taint of each group that holds none and whose boot was recorded, in one
+// patch. Nothing is logged as an
 // error: the process is stopping, and kubelet's Ready condition after the reboot shows the rest.
 func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 	if r.DryRun || r.ConditionsOnly || !r.Confinement.Permits() {
@@ -59,7 +60,9 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		logger.Info("could not read the Node as the agent stops; no taint put back", "error", err.Error())
 		return
 	}
-	if !shuttingDown(node) {
+	// A cordoned Node's taint is back already (reboot.go), unless the agent stops before it
+	// saw the cordon, as a drain that evicts it at once makes.
+	if !shuttingDown(node) && !node.Spec.Unschedulable {
 		return
 	}
 	var plans []*plan
@@ -70,7 +73,11 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 			continue
 		}
 		back := RetaintSpec(specs)
-		plans = append(plans, &plan{g: g, specs: specs, retaint: &back, cause: causeShutdown})
+		cause := causeShutdown
+		if !shuttingDown(node) {
+			cause = causeCordon
+		}
+		plans = append(plans, &plan{g: g, specs: specs, retaint: &back, cause: cause})
 	}
 	r.write(ctx, node, plans)
 	for _, p := range plans {
@@ -79,7 +86,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 			r.reportRetaintFailure(*p.retaint, p.err)
 			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.retaint.String(), "error", p.err.Error())
 		case p.retainted():
-			r.reportRetaint(ctx, node, *p.retaint, causeShutdown, verdict{})
+			r.reportRetaint(ctx, node, *p.retaint, p.cause, verdict{})
 		}
 	}
 }

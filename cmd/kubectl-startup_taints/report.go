@@ -23,10 +23,12 @@ const (
 	// StateHeldAgain: on the Node again after an agent removed it once.
 	StateHeldAgain = "held again"
 	// StatePutBack: put back by continuous mode (--retaint-after); StatePutBackRebooted, because
-	// the node rebooted before its gates passed; StatePutBackShutdown, as the node shut down.
+	// the node rebooted before its gates passed; StatePutBackShutdown, as the node shut down;
+	// StatePutBackCordoned, while the node is cordoned, as a drain before a reboot makes it.
 	StatePutBack         = "put back"
 	StatePutBackRebooted = "put back: rebooted"
 	StatePutBackShutdown = "put back: shut down"
+	StatePutBackCordoned = "put back: cordoned"
 	// StateRemoved: removed once every gate passed.
 	StateRemoved = "removed"
 	// StateForced: removed by --max-wait while a gate did not pass.
@@ -162,7 +164,8 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 	}
 	for _, t := range node.Spec.Taints {
 		if conventionalStartupKey(t.Key) && !served(t) {
-			rows = append(rows, Row{Node: node.Name, Taint: t.ToString(), State: StateNoInstall, Detail: "no install serves this taint", Install: "-"})
+			rows = append(rows, Row{Node: node.Name, Taint: t.ToString(), State: StateNoInstall,
+				Detail: "no install serves this taint", Install: "-"})
 		}
 	}
 	for _, in := range installs {
@@ -184,6 +187,8 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 							r.State = StatePutBackRebooted
 						case controllers.EventActionAddTaintAtShutdown:
 							r.State = StatePutBackShutdown
+						case controllers.EventActionAddTaintAtCordon:
+							r.State = StatePutBackCordoned
 						}
 						r.Since, r.Detail = timePtr(eventTime(put)), put.Message
 						if m := anyGate.FindStringSubmatch(put.Message); m != nil {

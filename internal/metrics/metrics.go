@@ -25,9 +25,11 @@ const (
 	// ResultAdded counts a startup taint that --retaint-after put back.
 	ResultAdded = "added"
 	// ResultAddedAfterReboot counts a startup taint put back because the Node rebooted since its
-	// gates last passed; ResultAddedAtShutdown, one put back while kubelet shut the Node down.
+	// gates last passed; ResultAddedAtShutdown, one put back while kubelet shut the Node down;
+	// ResultAddedAtCordon, one put back on a cordoned Node, as it is drained for a reboot.
 	ResultAddedAfterReboot = "added_after_reboot"
 	ResultAddedAtShutdown  = "added_at_shutdown"
+	ResultAddedAtCordon    = "added_at_cordon"
 	// ResultWritten counts a Node condition written (--condition-type).
 	ResultWritten = "written"
 )
@@ -127,7 +129,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.Retaints = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_retaints_total",
 		Help: "Attempts to put a startup taint back: after a readiness gate stopped passing (--retaint-after), after a reboot, " +
-			"or while the node shuts down, by result (added, added_after_reboot, added_at_shutdown, conflict, forbidden, error, dry_run).",
+			"while the node shuts down or while it is cordoned, by result (added, added_after_reboot, added_at_shutdown, added_at_cordon, " +
+			"conflict, forbidden, error, dry_run).",
 	}, []string{labelTaint, labelResult}))
 	m.ConditionWrites = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "startup_taint_condition_writes_total",

@@ -21,7 +21,8 @@ import (
 // as the shutdown manager makes it (pkg/kubelet/nodeshutdown), before signalling the agent.
 var _ = Describe("the binary across a node's reboots", func() {
 	putBack := corev1.Taint{Key: startupTaint.Key, Effect: corev1.TaintEffectNoSchedule}
-	writeStatus := func(ctx context.Context, name string, change func(*corev1.Node)) {
+	const name = "e2e-reboot"
+	writeStatus := func(ctx context.Context, change func(*corev1.Node)) {
 		GinkgoHelper()
 		node := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
@@ -35,7 +36,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "KubeletNotReady", Message: message}}
 		}
 	}
-	taints := func(ctx context.Context, name string) func(Gomega) []corev1.Taint {
+	taints := func(ctx context.Context) func(Gomega) []corev1.Taint {
 		return func(g Gomega) []corev1.Taint {
 			node := &corev1.Node{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
@@ -44,7 +45,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 	}
 	// With --taint, as every install renders it: without it, a CSI group's taint is known only
 	// once its driver has told its name, which after a reboot is too late.
-	start := func(name, socket string) *gexec.Session {
+	start := func(socket string) *gexec.Session {
 		return runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+socket,
 			"--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
@@ -56,38 +57,37 @@ var _ = Describe("the binary across a node's reboots", func() {
 	}
 
 	It("leaves the Node alone on a restart in the same boot, puts the taint back after a reboot and as kubelet shuts the node down", func(ctx SpecContext) {
-		const name = "e2e-reboot"
 		driver := setupNode(ctx, name, startupTaint)
-		writeStatus(ctx, name, boot("boot-1"))
-		agent := start(name, driver.Path())
-		Eventually(taints(ctx, name)).Should(BeEmpty())
+		writeStatus(ctx, boot("boot-1"))
+		agent := start(driver.Path())
+		Eventually(taints(ctx)).Should(BeEmpty())
 		node := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 		Expect(node.Annotations).To(HaveKeyWithValue(controllers.BootAnnotation, startupTaint.Key+"=boot-1"))
 
 		By("a rollout of the agent while its driver restarts, in the same boot")
-		writeStatus(ctx, name, ready(corev1.ConditionTrue, "kubelet is posting ready status"))
+		writeStatus(ctx, ready(corev1.ConditionTrue, "kubelet is posting ready status"))
 		stop(agent)
 		driver.Stop()
-		agent = start(name, driver.Path())
-		Consistently(taints(ctx, name), "2s").Should(BeEmpty(), "a restart is no reboot")
+		agent = start(driver.Path())
+		Consistently(taints(ctx), "2s").Should(BeEmpty(), "a restart is no reboot")
 		Expect(driver.Restart()).To(Succeed())
 
 		By("a reboot without a graceful shutdown: the agent starts before its driver")
 		stop(agent)
 		driver.Stop()
-		writeStatus(ctx, name, boot("boot-2"))
-		agent = start(name, driver.Path())
-		Eventually(taints(ctx, name)).Should(ConsistOf(putBack))
+		writeStatus(ctx, boot("boot-2"))
+		agent = start(driver.Path())
+		Eventually(taints(ctx)).Should(ConsistOf(putBack))
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonTaintAddedBack) }).Should(Equal(1))
 		Expect(driver.Restart()).To(Succeed())
-		Eventually(taints(ctx, name)).Should(BeEmpty())
+		Eventually(taints(ctx)).Should(BeEmpty())
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 		Expect(node.Annotations).To(HaveKeyWithValue(controllers.BootAnnotation, startupTaint.Key+"=boot-2"))
 
 		By("a graceful shutdown: kubelet's Ready condition says so, then the agent is stopped")
-		writeStatus(ctx, name, ready(corev1.ConditionFalse, "[container runtime is down, "+controllers.NodeShuttingDownMessage+"]"))
+		writeStatus(ctx, ready(corev1.ConditionFalse, "[container runtime is down, "+controllers.NodeShuttingDownMessage+"]"))
 		stop(agent)
-		Expect(taints(ctx, name)(Default)).To(ConsistOf(putBack), "back before the agent exits")
+		Expect(taints(ctx)(Default)).To(ConsistOf(putBack), "back before the agent exits")
 	})
 })

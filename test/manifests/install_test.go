@@ -927,7 +927,7 @@ var _ = Describe("the rendered installs", func() {
 					err := patchNode(ctx, asAgent(own), own, add(back))
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
 					Expect(err.Error()).To(And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+")"),
-						ContainSubstring("back only after a reboot or while the Node shuts down")))
+						ContainSubstring("back only after a reboot, while the Node is cordoned or while it shuts down")))
 					return
 				}
 				msg := And(ContainSubstring(msgTaintsOnly), ContainSubstring("("+a.taintList+") and put "+strings.Join(a.retaints(), ", ")+" back"))
@@ -1016,6 +1016,12 @@ var _ = Describe("the rendered installs", func() {
 				if a.retaintAfter == "" {
 					Expect(patchNode(ctx, asAgent(own), own, putBack)).To(MatchError(ContainSubstring(msgTaintsOnly)), "once this boot is recorded")
 				}
+
+				By("a cordon, as a drain before a reboot makes")
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Spec.Unschedulable = true })).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, putBack)).To(Succeed(), "the taints go back on a cordoned node")
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, takeOff("boot-2"))).To(Succeed(), "and come off once it is uncordoned")
 
 				By("a graceful shutdown: kubelet's Ready condition says so")
 				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) {
