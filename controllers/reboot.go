@@ -133,37 +133,24 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 	return r.RetaintAfter > 0 || recorded
 }
 
-// planAfterReboot decides, for a group none of whose startup taints is on the Node, whether the
-// Node rebooted since its boot was recorded: while a gate does not pass (once probed), its taint
-// goes back at once; once they pass, the record is brought up to this boot, so that a later
-// restart of the agent in the same boot (a rollout) never reads as a reboot. It reports whether
-// it decided the group's change.
+// planAfterReboot decides, for a group none of whose startup taints is on the Node, whether its
+// taint goes back at once: on a cordoned Node whose boot was recorded, or, while a gate does not
+// pass (once probed), on a Node that rebooted since. Once the gates pass, the record is brought
+// up to this boot, so that a later restart of the agent in the same boot (a rollout) never reads
+// as a reboot. It reports whether it decided the group's change.
 func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
 	notReady := p.v.notReady
-	if node.Spec.Unschedulable && r.putsBack(p.g, node) {
-		spec := RetaintSpec(p.specs)
-		p.cause = causeCordon
-		if r.DryRun {
-			p.wouldRetaint = p.g.state.firstWouldRetaint()
-			return true
-		}
-		p.retaint = &spec
-		return true
-	}
 	switch {
+	case node.Spec.Unschedulable && r.putsBack(p.g, node):
+		r.putBack(p, causeCordon)
+		return true
 	case notReady == nil:
 		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
 		return false
 	case notReady.reason == gates.ReasonNotProbed || !rebooted(node, RetaintSpec(p.specs).Key):
 		return false
 	}
-	spec := RetaintSpec(p.specs)
-	p.cause = causeReboot
-	if r.DryRun {
-		p.wouldRetaint = p.g.state.firstWouldRetaint()
-		return true
-	}
-	p.retaint = &spec
+	r.putBack(p, causeReboot)
 	return true
 }
 

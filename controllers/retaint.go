@@ -43,11 +43,18 @@ func (r *NodeReconciler) planRetaint(p *plan) {
 		p.requeue = wait
 		return
 	}
-	spec := RetaintSpec(p.g.Taints)
+	r.putBack(p, "")
+}
+
+// putBack plans the group's taint back (RetaintSpec) for cause, "" for continuous mode's; a dry
+// run only says it would, once per episode.
+func (r *NodeReconciler) putBack(p *plan, cause string) {
+	p.cause = cause
 	if r.DryRun {
 		p.wouldRetaint = p.g.state.firstWouldRetaint()
 		return
 	}
+	spec := RetaintSpec(p.specs)
 	p.retaint = &spec
 }
 
