@@ -37,7 +37,8 @@ func shuttingDown(n *corev1.Node) bool {
 // graceful node shutdown.
 type atShutdown struct{ r *NodeReconciler }
 
-// Start waits until the manager stops, then puts the taints back if the Node is shutting down.
+// Start waits until the manager stops, then puts the taints back if the Node is shutting down
+// or cordoned.
 func (s atShutdown) Start(ctx context.Context) error {
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownWriteTimeout)
@@ -47,9 +48,9 @@ func (s atShutdown) Start(ctx context.Context) error {
 }
 
 // retaintAtShutdown reads the Node from the API server and, while kubelet says it is shutting
-// down or the Node is cordoned, puts back the taint of each group that holds none and whose boot was recorded, in one
-// patch. Nothing is logged as an
-// error: the process is stopping, and kubelet's Ready condition after the reboot shows the rest.
+// down or the Node is cordoned, puts back, in one patch, the taint of each group that holds none
+// and whose boot was recorded. Nothing is logged as an error: the process is stopping, and
+// kubelet's Ready condition after the reboot shows the rest.
 func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 	if r.DryRun || r.ConditionsOnly || !r.Confinement.Permits() {
 		return
