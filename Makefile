@@ -59,8 +59,9 @@ vet: ## Run go vet against code.
 .PHONY: test
 test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's, PromQL and kubectl plugin's tests.
 	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
-	@# chart, which go test's cache cannot see.
-	go test -race -count=1 ./... -coverprofile cover.out
+	@# chart, which go test's cache cannot see. -timeout: the end-to-end package, with its reboots on
+	@# the real path, ran 368 s on a 2-core machine; go test's default stops a package at 10 min.
+	go test -race -count=1 -timeout 20m ./... -coverprofile cover.out
 	go -C hack/chart test -count=1 ./...
 	go -C hack/promql test -count=1 ./...
 	go -C $(PLUGIN_DIR) test -count=1 ./...
