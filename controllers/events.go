@@ -182,6 +182,15 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
+// nodeStateCauses say, for the causes the Node's own state gives rather than a gate, how each
+// put-back is counted and told.
+var nodeStateCauses = map[string]struct{ result, action, eventType, why, until string }{
+	causeCordon: {metrics.ResultAddedAtCordon, EventActionAddTaintAtCordon, corev1.EventTypeNormal,
+		"the node is cordoned", "once the node is uncordoned and every gate passes"},
+	causeShutdown: {metrics.ResultAddedAtShutdown, EventActionAddTaintAtShutdown, corev1.EventTypeWarning,
+		"the node is shutting down", "once every gate passes after the boot"},
+}
+
 // reportRetaint reports a startup taint put back, for cause (continuous mode's failing gate when
 // empty): the counter, a Warning event and a log line.
 func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, cause string, v verdict) {
@@ -195,17 +204,12 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 			"Put startup taint %s back: the node rebooted (boot %s): %s; it comes off once every gate passes",
 			spec, node.Status.NodeInfo.BootID, v.notReady.Error())
 		return
-	case causeCordon:
-		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAtCordon).Inc()
-		logger.Info("put a startup taint back: the node is cordoned, as before a reboot", "taint", spec.String())
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintAddedBack, EventActionAddTaintAtCordon,
-			"Put startup taint %s back: the node is cordoned; it comes off once the node is uncordoned and every gate passes", spec)
-		return
-	case causeShutdown:
-		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAtShutdown).Inc()
-		logger.Info("put a startup taint back: the node is shutting down", "taint", spec.String())
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, EventActionAddTaintAtShutdown,
-			"Put startup taint %s back: the node is shutting down; it comes off once every gate passes after the boot", spec)
+	case causeCordon, causeShutdown:
+		say := nodeStateCauses[cause]
+		r.wired.metrics.Retaints.WithLabelValues(spec.String(), say.result).Inc()
+		logger.Info("put a startup taint back: "+say.why, "taint", spec.String())
+		r.wired.recorder.Eventf(node, nil, say.eventType, EventReasonTaintAddedBack, say.action,
+			"Put startup taint %s back: %s; it comes off %s", spec, say.why, say.until)
 		return
 	}
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
