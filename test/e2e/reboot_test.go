@@ -24,11 +24,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 	const name = "e2e-reboot"
 	writeStatus := func(ctx context.Context, change func(*corev1.Node)) {
 		GinkgoHelper()
-		node := &corev1.Node{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-		orig := node.DeepCopy()
-		change(node)
-		Expect(k8sClient.Status().Patch(ctx, node, client.MergeFrom(orig))).To(Succeed())
+		Expect(expectations.PatchNodeStatus(ctx, k8sClient, name, change)).To(Succeed())
 	}
 	boot := func(id string) func(*corev1.Node) { return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id } }
 	ready := func(status corev1.ConditionStatus, message string) func(*corev1.Node) {

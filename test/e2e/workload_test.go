@@ -12,11 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gbytes"
 	"github.com/onsi/gomega/gexec"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
@@ -174,17 +170,20 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 	// lifecycle controller to mark it unreachable, and comes back with its kubelet and the agent
 	// at once, and the driver and its registrar workload.RegistrarDelay late. A pod that needs the
 	// driver is created every second from when the node is known to be down until 5 s after its
-	// driver is back, and the mounts kubelet fails after the reboot are counted. kubemark's fake cAdvisor reports no boot ID, so a MutatingAdmissionPolicy writes it
-	// into kubelet's registration and status writes, as kubelet's status setter
-	// (pkg/kubelet/nodestatus) copies the host's at every start.
+	// driver is back, and the mounts kubelet fails after the reboot are counted. kubemark's fake
+	// cAdvisor reports no boot ID, so a MutatingAdmissionPolicy writes it into kubelet's
+	// registration and status writes, as kubelet's status setter (pkg/kubelet/nodestatus) copies
+	// the host's at every start. The hollow kubelet has no graceful shutdown either, so that entry
+	// does what kubelet's shutdown manager (pkg/kubelet/nodeshutdown) does: Ready False with "node
+	// is shutting down", then it stops the pods, the agent and the registrar among them.
 	DescribeTable("after a reboot, lands no pod before its driver is registered again",
-		func(ctx SpecContext, bootID, drained, heldUntilDriver bool) {
-			node := fmt.Sprintf("e2e-reboot-%v-%v", bootID, drained)
+		func(ctx SpecContext, bootID, drained, graceful bool, want rebootOutcome) {
+			node := fmt.Sprintf("e2e-reboot-%v-%v-%v", bootID, drained, graceful)
 			if bootID {
 				stampBootID(ctx, node, "boot-1")
 			}
 			n := startWorkloadNode(ctx, node, 1, fakecsi.Ready, "--taint="+startupTaint.Key+":"+string(startupTaint.Effect))
-			register(n.kubelet, n.driver)
+			registrar := register(n.kubelet, n.driver)
 			Eventually(func() int { return len(n.driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(Equal(1))
 			Eventually(hasTaint(ctx, k8sClient, node, startupTaint.Key), time.Minute).Should(BeFalse())
 
@@ -195,8 +194,17 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 			}
 			Expect(k8sClient.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("default"), client.MatchingFields{"spec.nodeName": node},
 				client.GracePeriodSeconds(0))).To(Succeed())
+			if graceful {
+				Expect(workload.ShutDown(ctx, k8sClient, node)).To(Succeed())
+			}
 			n.agent.Signal(syscall.SIGTERM)
 			Eventually(n.agent, 10*time.Second).Should(gexec.Exit(0))
+			if graceful {
+				// The registrar removes its socket as it stops, and kubelet, still running,
+				// unregisters the driver: it leaves CSINode (pkg/volume/csi/nodeinfomanager).
+				registrar.Unregister()
+				Eventually(csiNodeDrivers(ctx, node), 30*time.Second).ShouldNot(HaveKey(driverName))
+			}
 			n.driver.Stop()
 			n.kubelet.Stop()
 			Eventually(hasTaint(ctx, k8sClient, node, corev1.TaintNodeUnreachable), 2*time.Minute, 500*time.Millisecond).Should(BeTrue())
@@ -226,30 +234,7 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 
 			By("bringing it back: kubelet and the agent at once, the driver and its registrar late")
 			back := time.Now()
-			go func() {
-				defer GinkgoRecover()
-				var putAt, liftedAt time.Duration
-				for putAt == 0 || liftedAt == 0 {
-					n := &corev1.Node{}
-					if k8sClient.Get(ctx, client.ObjectKey{Name: node}, n) == nil {
-						keys := map[string]bool{}
-						for _, t := range n.Spec.Taints {
-							keys[t.ToString()] = true
-						}
-						if putAt == 0 && keys[startupTaint.Key+":NoSchedule"] {
-							putAt = time.Since(back)
-						}
-						if liftedAt == 0 && !keys[corev1.TaintNodeUnreachable+":NoSchedule"] {
-							liftedAt = time.Since(back)
-						}
-					}
-					if time.Since(back) > 20*time.Second {
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-				GinkgoWriter.Printf("after kubelet's return: %s:NoSchedule seen at %s, unreachable lifted at %s\n", startupTaint.Key, putAt, liftedAt)
-			}()
+			returned := workload.WatchReturn(ctx, k8sClient, node, startupTaint.Key, back)
 			failures := workload.NewMountFailures()
 			kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
 				RegisterWithTaints: []corev1.Taint{startupTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
@@ -277,6 +262,7 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 			})
 			Eventually(func() int { return len(n.driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", 1+created),
 				"kubelet publishes every new pod's volume")
+			r := <-returned
 			failed, examples := failures.Count()
 			early := 0
 			for _, pod := range pods {
@@ -290,25 +276,32 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 					}
 				}
 			}
-			GinkgoWriter.Printf("reboot (boot ID %v, drained %v): %d pods created, %d placed before the driver answered again, %d failed mounts\n",
-				bootID, drained, created, early, failed)
+			GinkgoWriter.Printf("reboot (boot ID %v, drained %v, graceful %v): %d pods created, %d placed before the driver answered again, %d failed mounts; "+
+				"from kubelet's return, %s\n", bootID, drained, graceful, created, early, failed, r)
 			for _, e := range examples {
 				Expect(e).To(ContainSubstring(workload.NotRegistered), "the only failure is a driver kubelet has not registered yet")
 			}
-			if heldUntilDriver {
-				Expect(early).To(BeZero(), "no pod lands before the driver answers again")
-			} else {
+			switch want {
+			case landsEarly:
 				Expect(early).To(BeNumerically(">", 0), "pods pending while the node was down land as soon as kubelet is Ready")
 				Expect(failed).To(BeNumerically(">", 0))
+			case heldUntilDriver:
+				Expect(early).To(BeZero(), "no pod lands before the driver answers again")
+			case noFailedMount:
+				Expect(early).To(BeZero(), "no pod lands before the driver answers again")
+				Expect(failed).To(BeZero(), "no pod lands before kubelet has registered the driver again")
 			}
 		},
-		// Measured, and what is left: the driver answers its Probe workload.RegistrarDelay before
-		// its registrar registers it with the new kubelet, and kubelet does not rewrite a CSINode
-		// entry that has not changed (pkg/volume/csi/nodeinfomanager), so the CSINode gate finds
-		// the entry of the boot before and the taint goes then; pods placed in that gap fail.
-		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false),
-		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until the driver answers", true, true, true),
-		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write", true, false, false),
+		// Measured, and what is left: the driver answers its Probe before its registrar registers
+		// it with the new kubelet, and kubelet does not rewrite a CSINode entry that has not
+		// changed (pkg/volume/csi/nodeinfomanager), so after a stop that left the entry (a crash,
+		// or a reboot without kubelet's graceful shutdown) the CSINode gate finds the boot
+		// before's entry and the taint goes then; pods placed in that gap fail. A graceful
+		// shutdown lets kubelet unregister the driver, and the gate holds until it is back.
+		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false, landsEarly),
+		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until the driver answers", true, true, false, heldUntilDriver),
+		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write", true, false, false, landsEarly),
+		Entry("kubelet's graceful shutdown, the boot ID reported: the taint went back as the node shut down, and stays until kubelet registers the driver", true, false, true, noFailedMount),
 	)
 
 	It("sees the failure it prevents when the taint goes before kubelet registers the driver", func(ctx SpecContext) {
@@ -319,50 +312,22 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 	})
 })
 
-// stampBootID makes every registration and status write of node carry bootID in
-// status.nodeInfo.bootID, as kubelet's status setter writes the host's, with a
-// MutatingAdmissionPolicy, and waits until the API server applies it.
+// stampBootID makes every registration and status write of node carry bootID
+// (workload.StampBootID) until the spec ends.
 func stampBootID(ctx context.Context, node, bootID string) {
 	GinkgoHelper()
-	name := "boot-id-" + node
-	policy := &admissionv1.MutatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.MutatingAdmissionPolicySpec{
-			FailurePolicy:      ptr.To(admissionv1.Fail),
-			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-					Rule: admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes", "nodes/status"}}}}}},
-			MatchConditions: []admissionv1.MatchCondition{{Name: "this-node", Expression: "object.metadata.name == '" + node + "'"},
-				{Name: "kubelets-writes", Expression: "request.operation == 'CREATE' || has(request.subResource) && request.subResource == 'status'"}},
-			Mutations: []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: "Object{status: Object.status{nodeInfo: Object.status.nodeInfo{bootID: '" + bootID + "'}}}"}}},
-		},
-	}
-	existing := &admissionv1.MutatingAdmissionPolicy{}
-	if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, existing); err == nil {
-		existing.Spec = policy.Spec
-		Expect(k8sClient.Update(ctx, existing)).To(Succeed())
-	} else {
-		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, policy))).To(Succeed()) })
-		binding := &admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name}}
-		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, binding))).To(Succeed()) })
-	}
-	// A dry-run registration shows the stamp once the API server applies this version.
-	Eventually(func(g Gomega) string {
-		probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-		err := k8sClient.Create(ctx, probe, client.DryRunAll)
-		if apierrors.IsAlreadyExists(err) {
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, probe)).To(Succeed())
-			orig := probe.DeepCopy()
-			probe.Status.Phase = corev1.NodeRunning
-			g.Expect(k8sClient.Status().Patch(ctx, probe, client.MergeFrom(orig), client.DryRunAll)).To(Succeed())
-		} else {
-			g.Expect(err).NotTo(HaveOccurred())
-		}
-		return probe.Status.NodeInfo.BootID
-	}, 30*time.Second).Should(Equal(bootID))
+	Expect(workload.StampBootID(ctx, k8sClient, node, bootID)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { Expect(workload.UnstampBootID(ctx, k8sClient, node)).To(Succeed()) })
 }
+
+// rebootOutcome is what a reboot entry asserts of the pods that arrived while its node was down.
+type rebootOutcome int
+
+const (
+	// landsEarly: pods land before the driver answers again, and mounts fail.
+	landsEarly rebootOutcome = iota
+	// heldUntilDriver: no pod lands before the driver answers again.
+	heldUntilDriver
+	// noFailedMount: no pod lands before the driver answers, and no mount fails.
+	noFailedMount
+)

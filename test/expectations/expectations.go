@@ -64,6 +64,20 @@ func UpdateNode(ctx context.Context, c client.Client, name string, change func(*
 	return retry.RetryOnConflict(PatientRetry, func() error { return PatchNode(ctx, c, c, name, change) })
 }
 
+// PatchNodeStatus changes the Node name's status as kubelet writes it, through the status
+// subresource, locked to the resourceVersion it read and retried on conflicts with PatientRetry.
+func PatchNodeStatus(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
+	return retry.RetryOnConflict(PatientRetry, func() error {
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		orig := node.DeepCopy()
+		change(node)
+		return c.Status().Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	})
+}
+
 // AlwaysReady is a readiness gate that always passes, for tests about the API side.
 type AlwaysReady struct{}
 
