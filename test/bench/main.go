@@ -16,7 +16,9 @@
 //     together while pods that need their driver (inline or PVC-backed volumes) wait, the real
 //     scheduler places the pods, and kubelet mounts their volumes through the driver, or fails
 //     to; also with a driver whose Probe is not ready after its registration, and one that dies
-//     later.
+//     later;
+//  6. the same after a reboot: a node whose pods have their volumes goes down, with or without
+//     kubelet's graceful shutdown, while pods keep arriving, and comes back with a new boot ID.
 package main
 
 import (
@@ -55,6 +57,8 @@ type benchConfig struct {
 	// workloadTrials nodes per strategy.
 	workloadFleets []int
 	workloadTrials int
+	// reboots is how many times the reboot scenario reboots a node per case.
+	reboots int
 	// pluginNodes is the size of the cluster the kubectl plugin lists.
 	pluginNodes int
 }
@@ -85,17 +89,18 @@ func main() {
 	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
 	fleets := flag.String("workload-nodes", "1,10", "hollow nodes booting together in the workload scenario, each size in turn")
 	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
+	flag.IntVar(&c.reboots, "reboots", 10, "reboots per case (strategy, volume kind and kind of shutdown) in the reboot scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,plugin",
-		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md; all by default")
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin",
+		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "plugin":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, plugin\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin\n", s)
 			os.Exit(2)
 		}
 	}
@@ -107,6 +112,10 @@ func main() {
 	c.workloadFleets = positives("--workload-nodes", *fleets)
 	if c.workloadTrials < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --workload-trials: must be positive")
+		os.Exit(2)
+	}
+	if c.reboots < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --reboots: must be positive")
 		os.Exit(2)
 	}
 	if err := run(c); err != nil {
@@ -134,7 +143,7 @@ func run(c benchConfig) error {
 	// The agents run in this process are stopped mid-request between scenarios; their errors
 	// then are expected noise.
 	ctrl.SetLogger(logr.Discard())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
 	defer cancel()
 	start := time.Now()
 
@@ -181,13 +190,26 @@ func run(c benchConfig) error {
 	if c.scenarios["workload"] {
 		logf("pods that need the driver, by removal strategy: %d nodes each, %v booting together", c.workloadTrials, c.workloadFleets)
 		wstart := time.Now()
-		w, err := measureWorkload(ctx, e, c.binary, c.workloadFleets, c.workloadTrials)
+		w, err := measureWorkload(ctx, e, c.binary, workloadCases, c.workloadFleets, c.workloadTrials)
 		if err != nil {
 			return fmt.Errorf("pods that need the driver: %w", err)
 		}
 		md := workloadMarkdown(w, machine(), time.Since(wstart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "workload.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["reboot"] {
+		logf("pods that need the driver after a reboot, by strategy: %d reboots each", c.reboots)
+		rstart := time.Now()
+		w, err := measureWorkload(ctx, e, c.binary, rebootCases, []int{1}, c.reboots)
+		if err != nil {
+			return fmt.Errorf("pods that need the driver after a reboot: %w", err)
+		}
+		md := rebootMarkdown(w, machine(), time.Since(rstart))
+		fmt.Println(md)
+		if err := os.WriteFile(filepath.Join(c.out, "reboot.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}

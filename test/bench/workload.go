@@ -36,6 +36,9 @@ type strategy struct {
 	// scheduler's own check (KEP-5030) keeps pods with PVC-backed volumes off a node until its
 	// CSINode lists the driver.
 	preventScheduling bool
+	// noBootID leaves the Node's boot ID empty across a reboot, so the agent cannot tell one, as
+	// before it recorded boots; every other case's kubelet reports one (workload.StampBootID).
+	noBootID bool
 }
 
 // The strategies: no startup taint, the scheduler's own check, removal once the driver's process
@@ -68,6 +71,11 @@ const (
 	// stops for outage while its registrar keeps it registered, as when a driver container
 	// crashes, and podsPerNode new pods arrive, one every arrivalGap.
 	diesLater
+	// reboots: the node starts as with slowRegistrar; once every pod has its volume, it goes down
+	// without kubelet's graceful shutdown and comes back with a new boot ID (reboot.go).
+	reboots
+	// shutsDown: as reboots, but through kubelet's graceful shutdown.
+	shutsDown
 )
 
 // The later death's timings, and continuous mode's threshold.
@@ -100,6 +108,9 @@ var workloadCases = []workloadCase{
 	{strategy: upstream, claims: true, fault: diesLater}, {strategy: continuous, claims: true, fault: diesLater},
 }
 
+// rebooted reports whether the case's fault is a reboot.
+func (c workloadCase) rebooted() bool { return c.fault == reboots || c.fault == shutsDown }
+
 // volumes names a case's kind of volume.
 func (c workloadCase) volumes() string {
 	if c.claims {
@@ -116,10 +127,16 @@ type caseResult struct {
 	// least one; causes are their causes (workload.MountFailures.Causes).
 	failed, nodesFailed int
 	causes              []string
-	// toFirst and toLast run from the fault's start (the Node's creation, or the driver's death) to
-	// the first and the last volume published after it; goneToScheduled from the startup taint
-	// gone to the node's first pod scheduled.
+	// toFirst and toLast run from the fault's start (the Node's creation, the driver's death, or
+	// kubelet's return after a reboot) to the first and the last volume published after it;
+	// goneToScheduled from the startup taint gone to the node's first pod scheduled.
 	toFirst, toLast, goneToScheduled []time.Duration
+	// After a reboot: the pods that arrived while the node was down or coming back, those of them
+	// placed before the driver answered again, and, from kubelet's return, when the startup taint
+	// was first seen and when the node lifecycle controller's taints were gone (workload.Return),
+	// and the window between them in which pods could land (zero when the taint came first).
+	arrived, early           int
+	putBack, lifted, windows []time.Duration
 	// requests are the agent's API requests per node, over its start.
 	requests []int
 	// stalls say why a node waited more than stallAfter for its last volume.
@@ -148,18 +165,24 @@ type workloadNode struct {
 	failures    *workload.MountFailures
 	created     time.Time
 	taintGone   time.Time
-	// died is when the driver stopped, with diesLater; failedBefore and publishedBefore are the
-	// failed mounts and the volumes published before it.
-	died                          time.Time
+	// faultAt is when the measured part of the fault started: the driver's death with diesLater,
+	// kubelet's return after a reboot; failedBefore and publishedBefore are the failed mounts and
+	// the volumes published before it.
+	faultAt                       time.Time
 	failedBefore, publishedBefore int
+	// After a reboot: the pods that arrived while the node was down or coming back, when the
+	// driver answered again, and what WatchReturn saw.
+	arrivals   []string
+	driverBack time.Time
+	returned   workload.Return
 	// scheduled is when each of its pods was seen bound to it.
 	scheduled map[string]time.Time
 }
 
-// start is when the node's fault started: the driver's death, or else the Node's creation.
+// start is when the node's fault started (faultAt), or else the Node's creation.
 func (n *workloadNode) start() time.Time {
-	if !n.died.IsZero() {
-		return n.died
+	if !n.faultAt.IsZero() {
+		return n.faultAt
 	}
 	return n.created
 }
@@ -190,7 +213,7 @@ func (n *workloadNode) lastScheduled() time.Time {
 // driver wait for it, the driver starts with the node, and its registrar registers it with kubelet
 // workload.RegistrarDelay later. The real scheduler and node lifecycle controller place the pods;
 // a round ends when kubelet has published every pod's volume through the driver.
-func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, trials int) ([]caseResult, error) {
+func measureWorkload(ctx context.Context, e *env, binary string, cases []workloadCase, fleets []int, trials int) ([]caseResult, error) {
 	admin, err := e.kubeconfigFor("bench-workload-admin")
 	if err != nil {
 		return nil, err
@@ -209,7 +232,7 @@ func measureWorkload(ctx context.Context, e *env, binary string, fleets []int, t
 
 	var results []caseResult
 	for _, together := range fleets {
-		for ci, c := range workloadCases {
+		for ci, c := range cases {
 			if err := setCSIDriver(ctx, e, c.preventScheduling); err != nil {
 				return nil, err
 			}
@@ -276,8 +299,11 @@ func (r *caseResult) add(e *env, nodes []*workloadNode) error {
 		first, last := published[0].At, published[len(published)-1].At
 		r.toFirst = append(r.toFirst, first.Sub(n.start()))
 		r.toLast = append(r.toLast, last.Sub(n.start()))
-		if !n.taintGone.IsZero() && r.fault != diesLater {
+		if !n.taintGone.IsZero() && n.faultAt.IsZero() {
 			r.goneToScheduled = append(r.goneToScheduled, n.firstScheduled().Sub(n.taintGone))
+		}
+		if r.rebooted() {
+			r.addReboot(n)
 		}
 		if last.Sub(n.start()) > stallAfter {
 			stall := fmt.Sprintf("%s: last volume published %s after the start; the scheduler bound its last pod %s after it",
@@ -347,17 +373,18 @@ func createPod(ctx context.Context, e *env, c workloadCase, node, name string) e
 
 // bootNode starts a node's kubelet, driver and agent, registers the driver with kubelet
 // workload.RegistrarDelay after the driver started, and waits until kubelet has published every
-// pod's volume; then, with diesLater, it plays the driver's death.
+// pod's volume; then, with diesLater, it plays the driver's death, and with a reboot, the
+// reboot (rebootNode).
 func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workloadCase, n *workloadNode) error {
-	var taints []corev1.Taint
-	if c.agentArgs != nil {
-		taints = []corev1.Taint{startupTaint}
+	if c.rebooted() && !c.noBootID {
+		if err := workload.StampBootID(ctx, e.c, n.name, bootBefore); err != nil {
+			return err
+		}
 	}
-	var err error
-	if n.kubelet, err = hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: n.name,
-		RegisterWithTaints: taints, Log: n.failures}); err != nil {
+	if err := startKubelet(kubeconfig, c, n); err != nil {
 		return err
 	}
+	var err error
 	readiness := fakecsi.Ready
 	if c.fault == notReadyAfterRegistration {
 		readiness = fakecsi.NotReady
@@ -369,15 +396,8 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workload
 	// kept off only when a CSINode update raises a driver's limit.
 	n.driver.SetMaxVolumes(25)
 	started := time.Now()
-	if c.agentArgs != nil {
-		n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
-			"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.agentArgs...)...)
-		n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
-		n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
-		if err := n.agent.Start(); err != nil {
-			return err
-		}
-		go func() { _ = n.agent.Wait(); close(n.agentExited) }()
+	if err := startNodeAgent(ctx, binary, c, n); err != nil {
+		return err
 	}
 	time.Sleep(time.Until(started.Add(workload.RegistrarDelay)))
 	if n.registrar, err = fakecsi.Register(n.kubelet.PluginsRegistry(), driverName, n.driver.Path()); err != nil {
@@ -387,25 +407,59 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workload
 		time.Sleep(workload.NotReadyAfterRegistration)
 		n.driver.SetReadiness(fakecsi.Ready)
 	}
-	if err := waitPublished(ctx, e, n, podsPerNode); err != nil || c.fault != diesLater {
+	if err := waitPublished(ctx, e, n, podsPerNode); err != nil {
 		return err
+	}
+	if c.rebooted() {
+		return rebootNode(ctx, e, binary, kubeconfig, c, n)
+	}
+	if c.fault != diesLater {
+		return nil
 	}
 
 	n.failedBefore, _ = n.failures.Count()
 	n.publishedBefore = len(n.driver.Published())
-	n.died = time.Now()
+	n.faultAt = time.Now()
 	n.driver.Stop()
 	for p := range podsPerNode {
-		time.Sleep(time.Until(n.died.Add(time.Duration(p) * arrivalGap)))
+		time.Sleep(time.Until(n.faultAt.Add(time.Duration(p) * arrivalGap)))
 		if err := createPod(ctx, e, c, n.name, fmt.Sprintf("%s-late-%d", n.name, p)); err != nil {
 			return err
 		}
 	}
-	time.Sleep(time.Until(n.died.Add(outage)))
+	time.Sleep(time.Until(n.faultAt.Add(outage)))
 	if err := n.driver.Restart(); err != nil {
 		return err
 	}
 	return waitPublished(ctx, e, n, 2*podsPerNode)
+}
+
+// startKubelet starts the node's kubelet, which registers the Node with the startup taint when
+// case c runs an agent.
+func startKubelet(kubeconfig string, c workloadCase, n *workloadNode) error {
+	var taints []corev1.Taint
+	if c.agentArgs != nil {
+		taints = []corev1.Taint{startupTaint}
+	}
+	var err error
+	n.kubelet, err = hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: n.name, RegisterWithTaints: taints, Log: n.failures})
+	return err
+}
+
+// startNodeAgent starts the node's agent under case c, unless c runs none.
+func startNodeAgent(ctx context.Context, binary string, c workloadCase, n *workloadNode) error {
+	if c.agentArgs == nil {
+		return nil
+	}
+	n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
+		"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.agentArgs...)...)
+	n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
+	n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
+	if err := n.agent.Start(); err != nil {
+		return err
+	}
+	go func() { _ = n.agent.Wait(); close(n.agentExited) }()
+	return nil
 }
 
 // waitPublished waits until kubelet has published want volumes through the node's driver.
@@ -454,11 +508,16 @@ func (t *tailBuffer) String() string {
 // stopAgents stops every agent, so the audit log holds all of their requests.
 func stopAgents(nodes []*workloadNode) {
 	for _, n := range nodes {
-		if n.agent != nil && n.agent.Process != nil {
-			_ = n.agent.Process.Signal(syscall.SIGTERM)
-			<-n.agentExited
-			n.agent = nil
-		}
+		stopAgent(n)
+	}
+}
+
+// stopAgent stops the node's agent, if it runs one, and waits until it exits.
+func stopAgent(n *workloadNode) {
+	if n.agent != nil && n.agent.Process != nil {
+		_ = n.agent.Process.Signal(syscall.SIGTERM)
+		<-n.agentExited
+		n.agent = nil
 	}
 }
 
@@ -488,6 +547,7 @@ func cleanUpRound(e *env, nodes []*workloadNode) {
 	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(metav1.NamespaceDefault))
 	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolume{})
 	for _, n := range nodes {
+		_ = workload.UnstampBootID(ctx, e.c, n.name)
 		_ = e.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
 		_ = e.cs.StorageV1().CSINodes().Delete(ctx, n.name, metav1.DeleteOptions{})
 	}
