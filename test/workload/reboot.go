@@ -65,13 +65,13 @@ func StampBootID(ctx context.Context, c client.Client, node, bootID string) erro
 		probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 		err := c.Create(ctx, probe, client.DryRunAll)
 		if apierrors.IsAlreadyExists(err) {
-			if err := c.Get(ctx, client.ObjectKey{Name: node}, probe); err != nil {
-				return false, nil
+			if err = c.Get(ctx, client.ObjectKey{Name: node}, probe); err == nil {
+				orig := probe.DeepCopy()
+				probe.Status.Phase = corev1.NodeRunning
+				err = c.Status().Patch(ctx, probe, client.MergeFrom(orig), client.DryRunAll)
 			}
-			orig := probe.DeepCopy()
-			probe.Status.Phase = corev1.NodeRunning
-			err = c.Status().Patch(ctx, probe, client.MergeFrom(orig), client.DryRunAll)
 		}
+		// Any error is another poll: the API server may not have loaded the policy yet.
 		return err == nil && probe.Status.NodeInfo.BootID == bootID, nil
 	})
 	if err != nil {
