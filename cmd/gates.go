@@ -4,6 +4,7 @@ import (
 	"flag"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
@@ -43,6 +44,10 @@ var gateKinds = []gateKind{
 			add("csi-address", csi)
 			if g.requireCSINode {
 				add("require-csinode", gates.NewCSINodeGate(o.nodeName, csi, g.requireAllocatable))
+				if o.pluginsRegistry != "" {
+					// The CSINode entry's evidence after a reboot.
+					add("plugins-registry", gates.NewRegistrationGate(o.pluginsRegistry, csi, clock.RealClock{}, o.probeTimeout))
+				}
 			}
 		}},
 	{flag: "ready-url", chartValue: "readyURL",

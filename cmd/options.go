@@ -30,16 +30,18 @@ type options struct {
 	// groupOptions is the group of taints and gates the command line describes; groups are those
 	// the agent serves: that one, or the groups of --config.
 	groupOptions
-	groups         []groupOptions
-	configFile     string
-	probeInterval  time.Duration
-	probeTimeout   time.Duration
-	maxWait        time.Duration
-	retaintAfter   time.Duration
-	dryRun         bool
-	conditionsOnly bool
-	podName        string
-	podNamespace   string
+	groups        []groupOptions
+	configFile    string
+	probeInterval time.Duration
+	probeTimeout  time.Duration
+	// pluginsRegistry is kubelet's plugins registry, where a CSI driver's registrar has its socket.
+	pluginsRegistry string
+	maxWait         time.Duration
+	retaintAfter    time.Duration
+	dryRun          bool
+	conditionsOnly  bool
+	podName         string
+	podNamespace    string
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -226,6 +228,10 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"How often the CSI socket and the ready URL are probed.")
 	fs.DurationVar(&o.probeTimeout, "probe-timeout", 3*time.Second,
 		"How long one probe may take before the agent counts as not ready.")
+	fs.StringVar(&o.pluginsRegistry, "plugins-registry", "/var/lib/kubelet/plugins_registry",
+		"Kubelet's plugins registry, where a CSI driver's registrar has its socket (mount it read-only). After a reboot the "+
+			"driver's CSINode entry from the boot before counts only once that socket is of this boot and kubelet has had "+
+			"time to register the driver through it; empty turns that off.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
 			"0 (the default) waits forever.")
@@ -302,6 +308,8 @@ func (o *options) validate(explicit map[string]bool) error {
 		return fmt.Errorf("--probe-interval: %s is not positive", o.probeInterval)
 	case o.probeTimeout <= 0:
 		return fmt.Errorf("--probe-timeout: %s is not positive", o.probeTimeout)
+	case o.pluginsRegistry != "" && !filepath.IsAbs(o.pluginsRegistry):
+		return fmt.Errorf("--plugins-registry: %q is not an absolute path", o.pluginsRegistry)
 	}
 	if err := o.validateModes(explicit); err != nil {
 		return err

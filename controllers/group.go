@@ -222,7 +222,7 @@ func (g *group) retaintKey(putBack bool) string {
 // checkGates returns the group's first gate that does not pass, or nil and the time since when
 // all pass. It evaluates every gate, so the gate metrics stay current.
 func (g *group) checkGates(ctx context.Context, reader client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
-	local, since := g.prober.notReady()
+	local, since := g.prober.notReady(g.bootedAgain(node))
 	var first *gateError
 	for i := range g.checks {
 		c := &g.checks[i]

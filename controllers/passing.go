@@ -20,12 +20,3 @@ func (p passingSince) observe(gate int, notReady *gateError, now time.Time) time
 	}
 	return p[gate]
 }
-
-// allSince returns when the last of the gates that pass started passing.
-func (p passingSince) allSince() time.Time {
-	var since time.Time
-	for _, t := range p {
-		since = maxTime(since, t)
-	}
-	return since
-}

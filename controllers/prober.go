@@ -150,16 +150,22 @@ func (p *prober) check(ctx context.Context, g gates.Probed) error {
 
 // notReady returns the first probed gate that does not pass, or nil and the time since when all
 // have passed. Before the first probe has finished nothing is known, which counts as not ready.
-func (p *prober) notReady() (*gateError, time.Time) {
+// Gates heeded only after a reboot (gates.AfterReboot) count only when rebooted.
+func (p *prober) notReady(rebooted bool) (*gateError, time.Time) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if !p.probed {
 		return &gateError{gate: "local", reason: gates.ReasonNotProbed, err: errNotProbed}, time.Time{}
 	}
-	for _, s := range p.status {
+	var since time.Time
+	for i, s := range p.status {
+		if _, after := p.gates[i].(gates.AfterReboot); after && !rebooted {
+			continue
+		}
 		if s != nil {
 			return s, time.Time{}
 		}
+		since = maxTime(since, p.passing[i])
 	}
-	return nil, p.passing.allSince()
+	return nil, since
 }

@@ -59,7 +59,7 @@ func TestCSIGateSurvivesAMisbehavingDriver(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			p.probeOnce(ctx)
-			gerr, _ := p.notReady()
+			gerr, _ := p.notReady(false)
 			got := "ready"
 			if gerr != nil {
 				got = gerr.reason
@@ -124,8 +124,8 @@ func TestAFileIsSeenAtOnceWithoutWaitingForAProbeTick(t *testing.T) {
 	})
 	done = startRunnable(t, p.Start)
 
-	ready := func() bool { gerr, _ := p.notReady(); return gerr == nil }
-	eventually(t, "the first probe", func() bool { gerr, _ := p.notReady(); return gerr != nil && gerr.reason == gates.ReasonNoFile })
+	ready := func() bool { gerr, _ := p.notReady(false); return gerr == nil }
+	eventually(t, "the first probe", func() bool { gerr, _ := p.notReady(false); return gerr != nil && gerr.reason == gates.ReasonNoFile })
 	if err := os.Mkdir(netd, 0o755); err != nil {
 		t.Fatal(err)
 	}

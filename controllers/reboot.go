@@ -102,6 +102,14 @@ func rebooted(n *corev1.Node, key string) bool {
 	return boot != "" && ok && recorded != boot
 }
 
+// bootedAgain reports whether node booted again since the group's gates last passed, by the boot
+// record of the taint an agent puts back: then what a reboot leaves stale cannot count
+// (gates.AfterReboot).
+func (g *group) bootedAgain(node *corev1.Node) bool {
+	specs := g.startupSpecs()
+	return len(specs) > 0 && rebooted(node, RetaintSpec(specs).Key)
+}
+
 // bootBehind reports whether the record should be brought up to this boot for the group's specs:
 // an entry of theirs is from another boot, or one is missing while the Node's removed record says
 // the taint was removed once (by an agent from before the boot record, or its entry was lost).
@@ -147,7 +155,7 @@ func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
 	case notReady == nil:
 		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
 		return false
-	case notReady.reason == gates.ReasonNotProbed || !rebooted(node, RetaintSpec(p.specs).Key):
+	case notReady.reason == gates.ReasonNotProbed || !p.g.bootedAgain(node):
 		return false
 	}
 	r.putBack(p, causeReboot)

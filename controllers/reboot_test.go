@@ -234,3 +234,50 @@ func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *te
 		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
 	}
 }
+
+// staleEvidenceGate stands for the registration gate (gates.AfterReboot): what it checks can only
+// be stale after a reboot.
+type staleEvidenceGate struct{ flipGate }
+
+func (g *staleEvidenceGate) Name() string     { return "stale" }
+func (g *staleEvidenceGate) OnlyAfterReboot() {}
+
+func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
+	node := testNode("uid-b5", startup, foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	e := newEpisodeTest(t, node)
+	stale := &staleEvidenceGate{flipGate{err: errNotReady}}
+	e.set(func(r *NodeReconciler) {
+		r.Groups[0].Taints = retaintSpecs
+		r.Groups[0].Gates = append(r.Groups[0].Gates, stale)
+	})
+
+	// The first boot: the gate does not pass, and is not heeded.
+	e.ready(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v at the first boot, want the startup taint gone whatever the gate says", got)
+	}
+
+	// After a reboot it is heeded: the taint goes back, and stays until the gate passes.
+	e.updateStatus(booted("boot-2"))
+	e.restart(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v after the reboot while the gate does not pass, want %v back", got, retaintTaint)
+	}
+	stale.err = nil
+	probe(e.r)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v once the gate passes", got)
+	}
+
+	// A restart in the same boot: the record names it, and the gate is not heeded again.
+	stale.err = errNotReady
+	e.restart(true)
+	e.reconcile()
+	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v after a restart in the same boot, want no re-taint", got)
+	}
+}

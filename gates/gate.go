@@ -77,6 +77,15 @@ type NodeReader interface {
 	NodeChanged(oldNode, newNode *corev1.Node) bool
 }
 
+// AfterReboot is implemented by gates that check what a reboot leaves stale for the other gates
+// of their group (a CSINode entry from the boot before): the reconciler heeds them only on a Node
+// that booted again since the group's gates last passed, so a node's first boot is never held on
+// them.
+type AfterReboot interface {
+	Probed
+	OnlyAfterReboot()
+}
+
 // DriverNamer is implemented by gates that learn the name of the driver they check. A group
 // without taints of its own holds the driver's conventional taint, "<name>/agent-not-ready", once
 // the name is known; the CSINode gate looks for the driver under that name.
@@ -149,9 +158,9 @@ func ConditionReason(gate Gate) string {
 	return b.String() + "NotReady"
 }
 
-// driverGates are the gates on a driver that registers with kubelet: a CSI driver (its Probe and
-// CSINode), a DRA driver (its ResourceSlices) and a device plugin (its allocatable resources).
-var driverGates = []string{CSIName, CSINodeName, ResourceSliceName, ResourceName}
+// driverGates are the gates on a driver that registers with kubelet: a CSI driver (its Probe,
+// CSINode and registrar), a DRA driver (its ResourceSlices) and a device plugin (its allocatable resources).
+var driverGates = []string{CSIName, CSINodeName, RegistrationName, ResourceSliceName, ResourceName}
 
 // WaitsForDriver reports whether the gate named name waits for a driver, rather than for another
 // node agent (an HTTP endpoint, a file, a pod, a container, a condition).

@@ -83,3 +83,15 @@ func (r *Registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.R
 	r.status = append(r.status, err)
 	return &registerapi.RegistrationStatusResponse{}, nil
 }
+
+// LeaveStaleRegistration leaves in registryDir the registration socket of driver that its
+// registrar had before a crash or a reboot without kubelet's graceful shutdown: the file stays on
+// disk, and nothing serves it. The registrar of the next boot removes it as it starts (Register).
+func LeaveStaleRegistration(registryDir, driver string) error {
+	lis, err := net.Listen("unix", filepath.Join(registryDir, driver+"-reg.sock"))
+	if err != nil {
+		return fmt.Errorf("fakecsi: %w", err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	return lis.Close()
+}
