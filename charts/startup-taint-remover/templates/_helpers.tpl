@@ -112,7 +112,8 @@ labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
 {{/*
 str.mounts lists the pod's volumes, each with where the container mounts it: the CSI socket
 directory at /csi (with groups, the groups file, and each group's socket directory at /csi/NAME),
-and each ready file's directory read-only at the same path as on the host, once however many
+kubelet's plugins registry read-only at the agent's default --plugins-registry when a CSI gate is
+on, and each ready file's directory read-only at the same path as on the host, once however many
 files (of however many groups) it holds.
 */}}
 {{- define "str.mounts" -}}
@@ -130,6 +131,9 @@ files (of however many groups) it holds.
 {{- else if .Values.csi.socketDir -}}
 {{- $mounts = append $mounts (dict "name" "plugin-dir" "mountPath" "/csi" "hostPath" .Values.csi.socketDir) -}}
 {{- end -}}
+{{- if and .Values.pluginsRegistry (include "str.csi" .) -}}
+{{- $mounts = append $mounts (dict "name" "plugins-registry" "mountPath" "/var/lib/kubelet/plugins_registry" "readOnly" true "hostPath" .Values.pluginsRegistry) -}}
+{{- end -}}
 {{- $dirs := list -}}
 {{- range $files -}}
 {{- if not (has (dir .) $dirs) -}}
@@ -138,4 +142,16 @@ files (of however many groups) it holds.
 {{- end -}}
 {{- end -}}
 {{- toYaml $mounts -}}
+{{- end -}}
+
+{{/*
+str.csi is "true" when a CSI gate is on: the top-level one, or a group's.
+*/}}
+{{- define "str.csi" -}}
+{{- if .Values.groups -}}
+{{- range .Values.groups -}}
+{{- if and .csi .csi.socketDir -}}true{{- end -}}
+{{- end -}}
+{{- else if .Values.csi.socketDir -}}true
+{{- end -}}
 {{- end -}}
