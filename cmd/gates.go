@@ -43,10 +43,11 @@ var gateKinds = []gateKind{
 			csi, _ := gates.NewCSIGate(g.csiAddress, o.probeTimeout)
 			add("csi-address", csi)
 			if g.requireCSINode {
-				add("require-csinode", gates.NewCSINodeGate(o.nodeName, csi, g.requireAllocatable))
+				csiNode := gates.NewCSINodeGate(o.nodeName, csi, g.requireAllocatable)
+				add("require-csinode", csiNode)
 				if o.pluginsRegistry != "" {
-					// The CSINode entry's evidence after a reboot.
-					add("plugins-registry", gates.NewRegistrationGate(o.pluginsRegistry, csi, clock.RealClock{}, o.probeTimeout))
+					// Whether the CSINode entry is of this boot, after a reboot.
+					add("plugins-registry", gates.NewRegistrationGate(o.pluginsRegistry, csi, csiNode, clock.RealClock{}, o.probeTimeout))
 				}
 			}
 		}},

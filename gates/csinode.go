@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,11 @@ type CSINodeGate struct {
 	node               string
 	driver             DriverNamer
 	requireAllocatable bool
+
+	mu sync.Mutex
+	// missing is set once a check found the driver's entry missing; again, once a later check
+	// found it written back (RegisteredAgain).
+	missing, again bool
 }
 
 // NewCSINodeGate returns a gate for node's CSINode entry of the driver that driver names, such as
@@ -74,6 +80,7 @@ func (g *CSINodeGate) Check(ctx context.Context, in Input) error {
 	csiNode := &storagev1.CSINode{}
 	if err := in.Reader.Get(ctx, types.NamespacedName{Name: g.node}, csiNode); err != nil {
 		if apierrors.IsNotFound(err) {
+			g.listed(false)
 			return NotReady(ReasonNotRegistered, fmt.Errorf("CSINode %s does not exist yet", g.node))
 		}
 		return fmt.Errorf("reading CSINode %s: %w", g.node, err)
@@ -82,10 +89,30 @@ func (g *CSINodeGate) Check(ctx context.Context, in Input) error {
 		if d.Name != driver {
 			continue
 		}
+		g.listed(true)
 		if g.requireAllocatable && (d.Allocatable == nil || d.Allocatable.Count == nil) {
 			return NotReady(ReasonNoAllocatable, fmt.Errorf("CSINode %s: driver %s has no allocatable count yet", g.node, driver))
 		}
 		return nil
 	}
+	g.listed(false)
 	return NotReady(ReasonNotRegistered, fmt.Errorf("CSINode %s does not list driver %s yet", g.node, driver))
+}
+
+// listed records whether a check found the driver's entry.
+func (g *CSINodeGate) listed(found bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.again = g.again || found && g.missing
+	g.missing = g.missing || !found
+}
+
+// RegisteredAgain reports whether kubelet has written the driver into CSINode since a check of
+// this gate found it missing: it registered the driver after this process started, so in this
+// boot, whatever the entry said before. Kubelet writes the entry only when it differs, so an
+// entry from the boot before, unchanged, never shows this.
+func (g *CSINodeGate) RegisteredAgain() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.again
 }

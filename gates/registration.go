@@ -23,34 +23,47 @@ const (
 	ReasonRegistering    = "registering"
 )
 
-// KubeletRegistrationTime bounds how long kubelet takes to list a driver after its registrar's
-// socket appears: its plugin watcher hears of the socket at once, its plugin manager reconciles
-// every second (pkg/kubelet/pluginmanager, loopSleepDuration) and gives the registrar's GetInfo
-// a second (pkg/kubelet/pluginmanager/operationexecutor), and then adds the driver to its list
-// (pkg/volume/csi, RegisterPlugin) before it calls the driver.
-const KubeletRegistrationTime = 2 * time.Second
+// KubeletRegistrationBound is the longest kubelet takes to register a driver once its registrar
+// serves: a registration still trying the boot before's socket dials it for up to 10 s
+// (pkg/kubelet/pluginmanager/operationexecutor, dialTimeoutDuration) and finds the new one; one
+// that gave up waits out its backoff, at most 2m2s (pkg/util/goroutinemap/exponentialbackoff),
+// then the plugin manager's next 1-second loop and GetInfo's second.
+const KubeletRegistrationBound = 10*time.Second + 2*time.Minute + 2*time.Second + 2*time.Second
 
-// RegistrationGate tells whether kubelet can have registered a CSI driver in this boot. After a
-// reboot without kubelet's graceful shutdown, CSINode still lists the driver, and kubelet rewrites
+// Reregistration is implemented by CSINodeGate: whether kubelet has written the driver into
+// CSINode since this process found it missing.
+type Reregistration interface {
+	RegisteredAgain() bool
+}
+
+// RegistrationGate tells whether kubelet has registered a CSI driver in this boot. After a reboot
+// without kubelet's graceful shutdown, CSINode still lists the driver, and kubelet rewrites
 // nothing when its registrar registers it again with an entry that has not changed
 // (pkg/volume/csi/nodeinfomanager), so the CSINode gate passes before kubelet knows the driver.
 // Kubelet registers a CSI driver only through its registrar's socket in the plugins registry,
-// which node-driver-registrar names DRIVER-reg.sock. The gate fails while that socket is the boot
-// before's, which refuses connections, and until it has served for KubeletRegistrationTime. Where
-// there is no such socket (a graceful stop removed it, and kubelet took the driver out of CSINode;
-// or the registrar names it otherwise) it passes, and the CSINode gate decides. The reconciler
-// consults it only after a reboot (AfterReboot).
+// which node-driver-registrar names DRIVER-reg.sock, and a crash leaves that file behind.
+//
+// The gate fails while that socket is the boot before's, which refuses connections. Once the
+// registrar of this boot serves it, the gate passes when kubelet has written the driver into
+// CSINode again since this process started (Reregistration): kubelet's registration through a
+// registration that was retrying the old socket is undone and done again, which takes the entry
+// out and back. Otherwise, as kubelet writes nothing for an unchanged entry, it passes once the
+// socket is KubeletRegistrationBound old. Where there is no such socket (a graceful stop removed
+// it, and kubelet took the driver out of CSINode; or the registrar names it otherwise) it passes,
+// and the CSINode gate decides. The reconciler heeds it only after a reboot (AfterReboot).
 type RegistrationGate struct {
 	dir     string
 	driver  DriverNamer
+	csiNode Reregistration
 	clock   clock.PassiveClock
 	timeout time.Duration
 }
 
 // NewRegistrationGate returns a gate on the registrar of the driver that driver names (a CSIGate),
-// whose socket is in dir, kubelet's plugins registry. clk tells the socket's age.
-func NewRegistrationGate(dir string, driver DriverNamer, clk clock.PassiveClock, timeout time.Duration) *RegistrationGate {
-	return &RegistrationGate{dir: dir, driver: driver, clock: clk, timeout: timeout}
+// whose socket is in dir, kubelet's plugins registry; csiNode is the driver's CSINode gate, and
+// clk tells the socket's age.
+func NewRegistrationGate(dir string, driver DriverNamer, csiNode Reregistration, clk clock.PassiveClock, timeout time.Duration) *RegistrationGate {
+	return &RegistrationGate{dir: dir, driver: driver, csiNode: csiNode, clock: clk, timeout: timeout}
 }
 
 // Name implements Gate.
@@ -82,10 +95,14 @@ func (g *RegistrationGate) Check(ctx context.Context, _ Input) error {
 		return NotReady(ReasonStaleRegistrar, fmt.Errorf("the registrar's socket %s serves nothing, as the boot before left it: %w", path, err))
 	}
 	_ = conn.Close()
+	if g.csiNode.RegisteredAgain() {
+		return nil
+	}
 	// A socket's modification time is when its registrar bound it.
-	if age := g.clock.Since(info.ModTime()); age < KubeletRegistrationTime {
-		return NotReady(ReasonRegistering, fmt.Errorf("the registrar's socket %s appeared %s ago; kubelet lists its driver within %s",
-			path, age.Round(time.Millisecond), KubeletRegistrationTime))
+	if age := g.clock.Since(info.ModTime()); age < KubeletRegistrationBound {
+		return NotReady(ReasonRegistering, fmt.Errorf("the registrar's socket %s has served for %s, and kubelet has not written the driver "+
+			"into CSINode since this agent started; it must have registered the driver %s after the socket appeared",
+			path, age.Round(time.Millisecond), KubeletRegistrationBound))
 	}
 	return nil
 }

@@ -120,6 +120,13 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 		if err := startKubelet(kubeconfig, c, n); err != nil {
 			return err
 		}
+		if c.fault != shutsDown {
+			// A crash leaves the registrar's socket on disk (a graceful stop removes it); kubemark
+			// makes a new root directory at every start, so it is put there.
+			if err := fakecsi.LeaveStaleRegistration(n.kubelet.PluginsRegistry(), driverName); err != nil {
+				return err
+			}
+		}
 		if err := startNodeAgent(ctx, binary, c, n); err != nil {
 			return err
 		}
@@ -162,9 +169,12 @@ func pollUntil(ctx context.Context, what string, done func(context.Context) bool
 // coming back.
 func (r *caseResult) addReboot(n *workloadNode) {
 	r.arrived += len(n.arrivals)
+	failed := n.failures.Pods()
 	for _, name := range n.arrivals {
 		if at, ok := n.scheduled[name]; ok && at.Before(n.driverBack) {
 			r.early++
+		} else {
+			r.failedLater += failed[name]
 		}
 	}
 	ret := n.returned
@@ -191,7 +201,7 @@ func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration)
 	p("a node boots as there (%d pods, a registrar %s late) and, once its pods have their volumes, goes down:", podsPerNode, workload.RegistrarDelay)
 	p("")
 	p("- **without** kubelet's graceful shutdown: its pods go (as a drain evicts them), and kubelet, the driver, its registrar")
-	p("  and the agent stop, leaving the driver in CSINode;")
+	p("  and the agent stop, leaving the driver in CSINode and the registrar's socket on disk;")
 	p("- **graceful**: first as kubelet's shutdown manager does (its Ready condition False with \"node is shutting down\"),")
 	p("  the agent and the registrar stop while kubelet runs, and kubelet takes the driver out of CSINode; then as above.")
 	p("")
@@ -201,16 +211,18 @@ func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration)
 	p("later; pods keep arriving until %s after the driver is back. Only those pods count.", arrivalsAfter)
 	p("")
 	p("- **placed early**: pods bound to the node before the driver answered again.")
-	p("- **failed mounts**: kubelet's log lines of a failed mount step of those pods' volumes, on how many reboots, and why.")
+	p("- **failed mounts**: kubelet's log lines of a failed mount step of those pods' volumes, on how many reboots, and why;")
+	p("  **of pods placed later**: those of pods placed once the driver answered again, which only a gate that lets the taint go")
+	p("  before kubelet has registered the driver causes.")
 	p("- **taint on**: from kubelet's return to the startup taint first seen on the Node (0 when it was already there).")
 	p("- **node lifecycle taints gone**: from kubelet's return until neither `unreachable` nor `not-ready` is on the Node,")
 	p("  when the scheduler may place pods again.")
 	p("- **window**: how long the node could take pods before the startup taint was on it (0 when the taint came first).")
 	p("")
-	p("| strategy | volumes | shutdown | reboots | pods arrived | placed early | failed mounts (reboots) | " +
+	p("| strategy | volumes | shutdown | reboots | pods arrived | placed early | failed mounts (reboots) | of pods placed later | " +
 		"taint on p50 / p95 / p99 | node lifecycle taints gone p50 / p95 / p99 | window p50 / p95 / p99 | " +
 		"kubelet back → last volume published p50 / p95 / p99 | API requests per node (median) |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		shutdown := "without"
 		if r.fault == shutsDown {
@@ -234,8 +246,8 @@ func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration)
 			slices.Sort(r.requests)
 			requests = fmt.Sprint(r.requests[len(r.requests)/2])
 		}
-		p("| %s | %s | %s | %d | %d | **%d** | %s | %s | %s | %s | %s | %s |", r.name, r.volumes(), shutdown, r.nodes, r.arrived, r.early,
-			failed, on, triple(r.lifted), window, triple(r.toLast), requests)
+		p("| %s | %s | %s | %d | %d | **%d** | %s | **%d** | %s | %s | %s | %s | %s |", r.name, r.volumes(), shutdown, r.nodes, r.arrived, r.early,
+			failed, r.failedLater, on, triple(r.lifted), window, triple(r.toLast), requests)
 	}
 	return b.String()
 }

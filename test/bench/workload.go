@@ -132,11 +132,12 @@ type caseResult struct {
 	// goneToScheduled from the startup taint gone to the node's first pod scheduled.
 	toFirst, toLast, goneToScheduled []time.Duration
 	// After a reboot: the pods that arrived while the node was down or coming back, those of them
-	// placed before the driver answered again, and, from kubelet's return, when the startup taint
+	// placed before the driver answered again, the failed mounts of the others, and, from kubelet's return, when the startup taint
 	// was first seen and when the node lifecycle controller's taints were gone (workload.Return),
 	// and the window between them in which pods could land (zero when the taint came first).
-	arrived, early           int
-	putBack, lifted, windows []time.Duration
+	// failedLater counts the failed mounts of the other pods, placed once the driver answered.
+	arrived, early, failedLater int
+	putBack, lifted, windows    []time.Duration
 	// requests are the agent's API requests per node, over its start.
 	requests []int
 	// stalls say why a node waited more than stallAfter for its last volume.
@@ -452,7 +453,8 @@ func startNodeAgent(ctx context.Context, binary string, c workloadCase, n *workl
 		return nil
 	}
 	n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
-		"--csi-address=" + n.driver.Path(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.agentArgs...)...)
+		"--csi-address=" + n.driver.Path(), "--plugins-registry=" + n.kubelet.PluginsRegistry(), "--metrics-bind-address=0",
+		"--health-probe-bind-address=0"}, c.agentArgs...)...)
 	n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
 	n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
 	if err := n.agent.Start(); err != nil {

@@ -240,9 +240,14 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 				RegisterWithTaints: []corev1.Taint{startupTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(kubelet.Stop)
+			if !graceful {
+				// A crash leaves the registrar's socket on disk (a graceful stop removes it).
+				// kubemark makes a new root directory at every start, so it is put there.
+				Expect(fakecsi.LeaveStaleRegistration(kubelet.PluginsRegistry(), driverName)).To(Succeed())
+			}
 			runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node, "--csi-address="+n.driver.Path(),
 				"--taint="+startupTaint.Key+":"+string(startupTaint.Effect), "--metrics-bind-address=0", "--health-probe-bind-address=0",
-				"--probe-interval=200ms")
+				"--probe-interval=200ms", "--plugins-registry="+kubelet.PluginsRegistry())
 			if drained {
 				// The upgrade tool uncordons the node once it is back.
 				Expect(expectations.UpdateNode(ctx, k8sClient, node, func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(Succeed())
@@ -264,20 +269,27 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 				"kubelet publishes every new pod's volume")
 			r := <-returned
 			failed, examples := failures.Count()
-			early := 0
+			early, failedLater := 0, 0
+			failedPods := failures.Pods()
 			for _, pod := range pods {
 				got := &corev1.Pod{}
 				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+				placedEarly := false
 				for _, c := range got.Status.Conditions {
 					// Conditions carry seconds: a pod scheduled in the second before the driver
 					// answered counts as scheduled after it.
 					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && c.LastTransitionTime.Add(time.Second).Before(driverBack) {
-						early++
+						placedEarly = true
 					}
 				}
+				if placedEarly {
+					early++
+				} else {
+					failedLater += failedPods[pod.Name]
+				}
 			}
-			GinkgoWriter.Printf("reboot (boot ID %v, drained %v, graceful %v): %d pods created, %d placed before the driver answered again, %d failed mounts; "+
-				"from kubelet's return, %s\n", bootID, drained, graceful, created, early, failed, r)
+			GinkgoWriter.Printf("reboot (boot ID %v, drained %v, graceful %v): %d pods created, %d placed before the driver answered again, %d failed mounts, "+
+				"%d of them of pods placed later; from kubelet's return, %s\n", bootID, drained, graceful, created, early, failed, failedLater, r)
 			for _, e := range examples {
 				Expect(e).To(ContainSubstring(workload.NotRegistered), "the only failure is a driver kubelet has not registered yet")
 			}
@@ -285,22 +297,23 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 			case landsEarly:
 				Expect(early).To(BeNumerically(">", 0), "pods pending while the node was down land as soon as kubelet is Ready")
 				Expect(failed).To(BeNumerically(">", 0))
-			case heldUntilDriver:
-				Expect(early).To(BeZero(), "no pod lands before the driver answers again")
+			case failsOnlyInWindow:
+				Expect(early).To(BeNumerically(">", 0), "pods pending while the node was down land as soon as kubelet is Ready")
+				Expect(failedLater).To(BeZero(), "no pod placed once the taint is back fails a mount")
 			case noFailedMount:
 				Expect(early).To(BeZero(), "no pod lands before the driver answers again")
 				Expect(failed).To(BeZero(), "no pod lands before kubelet has registered the driver again")
 			}
 		},
-		// Measured, and what is left: the driver answers its Probe before its registrar registers
-		// it with the new kubelet, and kubelet does not rewrite a CSINode entry that has not
-		// changed (pkg/volume/csi/nodeinfomanager), so after a stop that left the entry (a crash,
-		// or a reboot without kubelet's graceful shutdown) the CSINode gate finds the boot
-		// before's entry and the taint goes then; pods placed in that gap fail. A graceful
-		// shutdown lets kubelet unregister the driver, and the gate holds until it is back.
+		// A crash leaves the driver in CSINode, and kubelet does not rewrite an entry that has
+		// not changed (pkg/volume/csi/nodeinfomanager): after a reboot the registration gate holds
+		// until the registrar of this boot serves and kubelet has registered the driver again.
+		// Only pods that land between kubelet's Ready and the agent's write, when there was no
+		// graceful shutdown, can fail.
 		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false, landsEarly),
-		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until the driver answers", true, true, false, heldUntilDriver),
-		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write", true, false, false, landsEarly),
+		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until kubelet registers the driver", true, true, false, noFailedMount),
+		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write, and no later one fails",
+			true, false, false, failsOnlyInWindow),
 		Entry("kubelet's graceful shutdown, the boot ID reported: the taint went back as the node shut down, and stays until kubelet registers the driver", true, false, true, noFailedMount),
 	)
 
@@ -326,8 +339,8 @@ type rebootOutcome int
 const (
 	// landsEarly: pods land before the driver answers again, and mounts fail.
 	landsEarly rebootOutcome = iota
-	// heldUntilDriver: no pod lands before the driver answers again.
-	heldUntilDriver
+	// failsOnlyInWindow: pods land before the driver answers again, but only they fail mounts.
+	failsOnlyInWindow
 	// noFailedMount: no pod lands before the driver answers, and no mount fails.
 	noFailedMount
 )

@@ -199,6 +199,11 @@ var reasons = []string{NotRegistered, fakecsi.NotServing, DriverGone}
 // publish, the first call for an inline one.
 var failedMount = regexp.MustCompile(`MountVolume\.[A-Za-z]+( initialization)? failed`)
 
+// failedPod finds the pod in kubelet's message of a failed mount step
+// (pkg/volume/util/operationexecutor: `pod "NAME" (UID: ...)`), its quotes escaped in a
+// structured log line.
+var failedPod = regexp.MustCompile(`pod \\?"([^"\\]+)\\?" \(UID`)
+
 // MountFailures counts kubelet's log lines of failed mounts of CSI volumes; give it kubelet's log
 // (hollowkubelet.Options.Log). The hollow kubelet's events never reach the API server, so its log
 // is where a failed mount shows. Each test node runs one CSI driver, so these are its failures:
@@ -207,8 +212,10 @@ type MountFailures struct {
 	mu       sync.Mutex
 	partial  []byte
 	examples []string
-	// causes holds each failure's phrase from reasons, or "other", in order.
+	// causes holds each failure's phrase from reasons, or "other", in order; pods, the pod it
+	// was of ("" when the line does not say).
 	causes []string
+	pods   []string
 }
 
 // NewMountFailures counts the failed mounts of CSI volumes.
@@ -232,6 +239,11 @@ func (f *MountFailures) Write(p []byte) (int, error) {
 				cause = reasons[i]
 			}
 			f.causes = append(f.causes, cause)
+			pod := ""
+			if m := failedPod.FindStringSubmatch(line); m != nil {
+				pod = m[1]
+			}
+			f.pods = append(f.pods, pod)
 			if len(f.examples) < 3 {
 				f.examples = append(f.examples, line)
 			}
@@ -245,6 +257,18 @@ func (f *MountFailures) Count() (int, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.causes), append([]string(nil), f.examples...)
+}
+
+// Pods returns how many mounts failed so far for each pod, by its name ("" for lines that do not
+// name one).
+func (f *MountFailures) Pods() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range f.pods {
+		out[p]++
+	}
+	return out
 }
 
 // Causes returns the causes of the failures after the first from, each once, in the order they
