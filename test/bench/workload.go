@@ -682,6 +682,8 @@ func workloadMarkdown(results []caseResult, machine string, elapsed time.Duratio
 	p("- **taint gone → first pod scheduled**: from the watch event without the startup taint to the first pod bound to the")
 	p("  node; the scheduler also waits for the node lifecycle controller to lift kubelet's `not-ready` taint.")
 	p("- **API requests per node**: the agent's, from its start until every node of its round has its volumes, from the audit log.")
+	p("")
+	p("The same strategies across a node's reboot, with and without kubelet's graceful shutdown: [reboot.md](reboot.md).")
 	for _, f := range faultReports {
 		p("")
 		p("## %s", f.heading)
