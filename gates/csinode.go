@@ -12,10 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // CSINodeName names the CSINode registration gate in logs, events and metrics.
@@ -37,9 +40,9 @@ type CSINodeGate struct {
 	requireAllocatable bool
 
 	mu sync.Mutex
-	// missing is set once a check found the driver's entry missing; again, once a later check
-	// found it written back (RegisteredAgain).
-	missing, again bool
+	// written holds the drivers whose entries kubelet added to this node's CSINode since the
+	// gate's watch began (RegisteredAgain).
+	written map[string]bool
 }
 
 // NewCSINodeGate returns a gate for node's CSINode entry of the driver that driver names, such as
@@ -61,9 +64,62 @@ func (g *CSINodeGate) CacheEntry() (client.Object, cache.ByObject) {
 }
 
 // Watches implements Cached. It enqueues the CSINode's own request: it shares its Node's name.
+// On the way it records the drivers each event adds (RegisteredAgain), whatever the reconciles
+// that follow see: kubelet can take an entry out and write it back within a second.
 func (g *CSINodeGate) Watches(handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
 	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == g.node })
-	return &storagev1.CSINode{}, &handler.EnqueueRequestForObject{}, []predicate.Predicate{thisNode}
+	enqueue := &handler.EnqueueRequestForObject{}
+	record := handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			// The initial list is what CSINode held before this process: no write of this boot.
+			if !e.IsInInitialList {
+				g.recordAdded(nil, e.Object)
+			}
+			enqueue.Create(ctx, e, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			g.recordAdded(e.ObjectOld, e.ObjectNew)
+			enqueue.Update(ctx, e, q)
+		},
+		DeleteFunc:  enqueue.Delete,
+		GenericFunc: enqueue.Generic,
+	}
+	return &storagev1.CSINode{}, record, []predicate.Predicate{thisNode}
+}
+
+// recordAdded records the drivers newObj lists and oldObj (nil for a new CSINode) does not.
+func (g *CSINodeGate) recordAdded(oldObj, newObj client.Object) {
+	had := map[string]bool{}
+	if old, ok := oldObj.(*storagev1.CSINode); ok {
+		for _, d := range old.Spec.Drivers {
+			had[d.Name] = true
+		}
+	}
+	cn, ok := newObj.(*storagev1.CSINode)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range cn.Spec.Drivers {
+		if !had[d.Name] {
+			if g.written == nil {
+				g.written = map[string]bool{}
+			}
+			g.written[d.Name] = true
+		}
+	}
+}
+
+// RegisteredAgain reports whether kubelet has added the driver's entry to CSINode since this
+// process began to watch it: kubelet registered the driver after this process started, so in this
+// boot, whatever the entry said before. Kubelet writes the entry only when it differs, so an entry
+// from the boot before, unchanged, never shows this.
+func (g *CSINodeGate) RegisteredAgain() bool {
+	driver := g.driver.DriverName()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return driver != "" && g.written[driver]
 }
 
 // RESTMapping implements Cached.
@@ -80,7 +136,6 @@ func (g *CSINodeGate) Check(ctx context.Context, in Input) error {
 	csiNode := &storagev1.CSINode{}
 	if err := in.Reader.Get(ctx, types.NamespacedName{Name: g.node}, csiNode); err != nil {
 		if apierrors.IsNotFound(err) {
-			g.listed(false)
 			return NotReady(ReasonNotRegistered, fmt.Errorf("CSINode %s does not exist yet", g.node))
 		}
 		return fmt.Errorf("reading CSINode %s: %w", g.node, err)
@@ -89,30 +144,10 @@ func (g *CSINodeGate) Check(ctx context.Context, in Input) error {
 		if d.Name != driver {
 			continue
 		}
-		g.listed(true)
 		if g.requireAllocatable && (d.Allocatable == nil || d.Allocatable.Count == nil) {
 			return NotReady(ReasonNoAllocatable, fmt.Errorf("CSINode %s: driver %s has no allocatable count yet", g.node, driver))
 		}
 		return nil
 	}
-	g.listed(false)
 	return NotReady(ReasonNotRegistered, fmt.Errorf("CSINode %s does not list driver %s yet", g.node, driver))
-}
-
-// listed records whether a check found the driver's entry.
-func (g *CSINodeGate) listed(found bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.again = g.again || found && g.missing
-	g.missing = g.missing || !found
-}
-
-// RegisteredAgain reports whether kubelet has written the driver into CSINode since a check of
-// this gate found it missing: it registered the driver after this process started, so in this
-// boot, whatever the entry said before. Kubelet writes the entry only when it differs, so an
-// entry from the boot before, unchanged, never shows this.
-func (g *CSINodeGate) RegisteredAgain() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.again
 }

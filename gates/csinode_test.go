@@ -6,36 +6,52 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-func TestCSINodeGateTellsAnEntryKubeletWroteAgainFromOneThatWasAlwaysThere(t *testing.T) {
+func TestCSINodeGateTellsAnEntryKubeletWroteFromOneThatWasThereBefore(t *testing.T) {
 	const node, driver = "n1", "example.csi.k8s.io"
 	ctx := context.Background()
-	csiNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driver, NodeID: "i-1"}}}}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(csiNode).Build()
-	gate := NewCSINodeGate(node, namer(driver), false)
-	check := func(step string, passes, again bool) {
-		t.Helper()
-		if err := gate.Check(ctx, Input{Reader: c}); (err == nil) != passes {
-			t.Fatalf("%s: err = %v, want passing %v", step, err, passes)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	csiNode := func(drivers ...string) *storagev1.CSINode {
+		cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		for _, d := range drivers {
+			cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: "i-1"})
 		}
-		if gate.RegisteredAgain() != again {
-			t.Fatalf("%s: RegisteredAgain() = %v, want %v", step, !again, again)
-		}
+		return cn
 	}
-	setDrivers := func(drivers ...storagev1.CSINodeDriver) {
-		t.Helper()
-		csiNode.Spec.Drivers = drivers
-		if err := c.Update(ctx, csiNode); err != nil {
-			t.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name   string
+		events func(gate *CSINodeGate)
+		want   bool
+	}{
+		{name: "the boot before's entry, in the watch's initial list", events: func(gate *CSINodeGate) {
+			_, h, _ := gate.Watches(nil)
+			h.Create(ctx, event.CreateEvent{Object: csiNode(driver), IsInInitialList: true}, q)
+		}},
+		{name: "another driver written", events: func(gate *CSINodeGate) {
+			_, h, _ := gate.Watches(nil)
+			h.Update(ctx, event.UpdateEvent{ObjectOld: csiNode(driver), ObjectNew: csiNode(driver, "other.csi.k8s.io")}, q)
+		}},
+		{name: "kubelet takes the entry out and writes it back", want: true, events: func(gate *CSINodeGate) {
+			_, h, _ := gate.Watches(nil)
+			h.Update(ctx, event.UpdateEvent{ObjectOld: csiNode(driver), ObjectNew: csiNode()}, q)
+			h.Update(ctx, event.UpdateEvent{ObjectOld: csiNode(), ObjectNew: csiNode(driver)}, q)
+		}},
+		{name: "kubelet creates the CSINode with it", want: true, events: func(gate *CSINodeGate) {
+			_, h, _ := gate.Watches(nil)
+			h.Create(ctx, event.CreateEvent{Object: csiNode(driver)}, q)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := NewCSINodeGate(node, namer(driver), false)
+			tc.events(gate)
+			if got := gate.RegisteredAgain(); got != tc.want {
+				t.Fatalf("RegisteredAgain() = %v, want %v", got, tc.want)
+			}
+		})
 	}
-	check("the entry from the boot before, unchanged", true, false)
-	setDrivers()
-	check("kubelet takes the driver out", false, false)
-	setDrivers(storagev1.CSINodeDriver{Name: driver, NodeID: "i-1"})
-	check("kubelet writes it back", true, true)
 }

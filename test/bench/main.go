@@ -27,7 +27,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,8 +61,15 @@ type benchConfig struct {
 	workloadTrials int
 	// reboots is how many times the reboot scenario reboots a node per case.
 	reboots int
+	// strategies selects the workload and reboot scenarios' cases by their strategy's name.
+	strategies *regexp.Regexp
 	// pluginNodes is the size of the cluster the kubectl plugin lists.
 	pluginNodes int
+}
+
+// selected returns the cases whose strategy's name matches --strategies.
+func (c benchConfig) selected(cases []workloadCase) []workloadCase {
+	return slices.DeleteFunc(slices.Clone(cases), func(wc workloadCase) bool { return !c.strategies.MatchString(wc.name) })
 }
 
 // env is the control plane every measurement shares.
@@ -91,6 +100,7 @@ func main() {
 	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
 	flag.IntVar(&c.reboots, "reboots", 10, "reboots per case (strategy, volume kind and kind of shutdown) in the reboot scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
+	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it")
 	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md; all by default")
 	flag.Parse()
@@ -116,6 +126,11 @@ func main() {
 	}
 	if c.reboots < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --reboots: must be positive")
+		os.Exit(2)
+	}
+	var err error
+	if c.strategies, err = regexp.Compile(*strategies); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: --strategies: %v\n", err)
 		os.Exit(2)
 	}
 	if err := run(c); err != nil {
@@ -190,7 +205,7 @@ func run(c benchConfig) error {
 	if c.scenarios["workload"] {
 		logf("pods that need the driver, by removal strategy: %d nodes each, %v booting together", c.workloadTrials, c.workloadFleets)
 		wstart := time.Now()
-		w, err := measureWorkload(ctx, e, c.binary, workloadCases, c.workloadFleets, c.workloadTrials)
+		w, err := measureWorkload(ctx, e, c.binary, c.selected(workloadCases), c.workloadFleets, c.workloadTrials)
 		if err != nil {
 			return fmt.Errorf("pods that need the driver: %w", err)
 		}
@@ -203,7 +218,7 @@ func run(c benchConfig) error {
 	if c.scenarios["reboot"] {
 		logf("pods that need the driver after a reboot, by strategy: %d reboots each", c.reboots)
 		rstart := time.Now()
-		w, err := measureWorkload(ctx, e, c.binary, rebootCases, []int{1}, c.reboots)
+		w, err := measureWorkload(ctx, e, c.binary, c.selected(rebootCases), []int{1}, c.reboots)
 		if err != nil {
 			return fmt.Errorf("pods that need the driver after a reboot: %w", err)
 		}
