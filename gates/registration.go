@@ -62,7 +62,8 @@ type RegistrationGate struct {
 // NewRegistrationGate returns a gate on the registrar of the driver that driver names (a CSIGate),
 // whose socket is in dir, kubelet's plugins registry; csiNode is the driver's CSINode gate, and
 // clk tells the socket's age.
-func NewRegistrationGate(dir string, driver DriverNamer, csiNode Reregistration, clk clock.PassiveClock, timeout time.Duration) *RegistrationGate {
+func NewRegistrationGate(dir string, driver DriverNamer, csiNode Reregistration, clk clock.PassiveClock,
+	timeout time.Duration) *RegistrationGate {
 	return &RegistrationGate{dir: dir, driver: driver, csiNode: csiNode, clock: clk, timeout: timeout}
 }
 
