@@ -30,8 +30,8 @@ const (
 // then the plugin manager's next 1-second loop and GetInfo's second.
 const KubeletRegistrationBound = 10*time.Second + 2*time.Minute + 2*time.Second + 2*time.Second
 
-// Reregistration is implemented by CSINodeGate: whether kubelet has written the driver into
-// CSINode since this process found it missing.
+// Reregistration is implemented by CSINodeGate: whether kubelet has added the driver's entry to
+// CSINode since this process began to watch it.
 type Reregistration interface {
 	RegisteredAgain() bool
 }
@@ -44,11 +44,12 @@ type Reregistration interface {
 // which node-driver-registrar names DRIVER-reg.sock, and a crash leaves that file behind.
 //
 // The gate fails while that socket is the boot before's, which refuses connections. Once the
-// registrar of this boot serves it, the gate passes when kubelet has written the driver into
-// CSINode again since this process started (Reregistration): kubelet's registration through a
-// registration that was retrying the old socket is undone and done again, which takes the entry
-// out and back. Otherwise, as kubelet writes nothing for an unchanged entry, it passes once the
-// socket is KubeletRegistrationBound old. Where there is no such socket (a graceful stop removed
+// registrar of this boot serves it, the gate passes when kubelet has added the driver's entry to
+// CSINode since this process started (Reregistration): a registration that kept retrying the old
+// socket reaches the new one, and kubelet undoes and redoes it, which takes the entry out and
+// back; after a graceful shutdown kubelet writes back the entry it took out. Otherwise, as kubelet
+// writes nothing for an unchanged entry, it passes once the socket is KubeletRegistrationBound
+// old. Where there is no such socket (a graceful stop removed
 // it, and kubelet took the driver out of CSINode; or the registrar names it otherwise) it passes,
 // and the CSINode gate decides. The reconciler heeds it only after a reboot (AfterReboot).
 type RegistrationGate struct {
