@@ -12,11 +12,15 @@ import (
 // two differ the merged entry keeps what both require: the field terms they share (such as
 // spec.nodeName), and a label selector only if it is the same.
 func MergeCacheEntries(a, b cache.ByObject) cache.ByObject {
-	out := cache.ByObject{Label: commonLabels(a.Label, b.Label), Field: commonFields(a.Field, b.Field)}
 	if len(a.Namespaces) == 0 || len(b.Namespaces) == 0 {
-		// One of them watches every namespace: so must the merged entry.
-		return out
+		// One of them watches every namespace: so must the merged entry, with what every
+		// namespace's selectors share (this node's pods, for the node agents' gate and the
+		// container gate).
+		la, fa := everywhere(a)
+		lb, fb := everywhere(b)
+		return cache.ByObject{Label: commonLabels(la, lb), Field: commonFields(fa, fb)}
 	}
+	out := cache.ByObject{Label: commonLabels(a.Label, b.Label), Field: commonFields(a.Field, b.Field)}
 	out.Namespaces = map[string]cache.Config{}
 	for _, m := range []map[string]cache.Config{a.Namespaces, b.Namespaces} {
 		for ns, c := range m {
@@ -28,6 +32,32 @@ func MergeCacheEntries(a, b cache.ByObject) cache.ByObject {
 		}
 	}
 	return out
+}
+
+// everywhere returns the selectors an entry holds in all of its namespaces: its own, or what each
+// namespace's share, a namespace's selector standing in for the entry's where it has one.
+func everywhere(e cache.ByObject) (labels.Selector, fields.Selector) {
+	if len(e.Namespaces) == 0 {
+		return e.Label, e.Field
+	}
+	first := true
+	var label labels.Selector
+	var field fields.Selector
+	for _, c := range e.Namespaces {
+		l, f := c.LabelSelector, c.FieldSelector
+		if l == nil {
+			l = e.Label
+		}
+		if f == nil {
+			f = e.Field
+		}
+		if first {
+			label, field, first = l, f, false
+			continue
+		}
+		label, field = commonLabels(label, l), commonFields(field, f)
+	}
+	return label, field
 }
 
 func commonLabels(a, b labels.Selector) labels.Selector {

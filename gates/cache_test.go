@@ -38,3 +38,15 @@ func TestCacheEntriesMergeToWhatBothRead(t *testing.T) {
 		t.Errorf("an entry for every namespace merged into one for some: %v", everywhere.Namespaces)
 	}
 }
+
+// A gate that reads this node's pods in every namespace merged with one that reads the agent's own
+// Pod keeps the cache to this node's pods: never every pod of the cluster.
+func TestAnEntryForEveryNamespaceKeepsWhatTheOthersShare(t *testing.T) {
+	onNode := fields.OneTermEqualSelector("spec.nodeName", "n1")
+	_, own := NewContainerGate("n1", types.NamespacedName{Namespace: "kube-system", Name: "agent-x"}, "driver").CacheEntry()
+	for _, merged := range []cache.ByObject{MergeCacheEntries(cache.ByObject{Field: onNode}, own), MergeCacheEntries(own, cache.ByObject{Field: onNode})} {
+		if merged.Namespaces != nil || merged.Field == nil || merged.Field.String() != "spec.nodeName=n1" {
+			t.Errorf("merged into %v / %v, want this node's pods in every namespace", merged.Namespaces, merged.Field)
+		}
+	}
+}

@@ -46,3 +46,18 @@ func TestTheCSIAnswersAreDecodedAsTheSpecSays(t *testing.T) {
 		t.Error("a name longer than its message decoded")
 	}
 }
+
+func TestTheRegistrationAnswerIsDecodedAsKubeletReadsIt(t *testing.T) {
+	msg := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "CSIPlugin")
+	msg = protowire.AppendString(protowire.AppendTag(msg, 2, protowire.BytesType), "ebs.csi.aws.com")
+	msg = protowire.AppendString(protowire.AppendTag(msg, 3, protowire.BytesType), "unix:///var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock")
+	msg = protowire.AppendString(protowire.AppendTag(msg, 4, protowire.BytesType), "1.0.0")
+	info, err := pluginInfo(msg)
+	want := PluginInfo{Type: "CSIPlugin", Name: "ebs.csi.aws.com", Endpoint: "/var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock"}
+	if err != nil || info != want {
+		t.Errorf("pluginInfo = %+v, %v; want %+v", info, err, want)
+	}
+	if _, err := pluginInfo(msg[:5]); err == nil {
+		t.Error("a truncated answer decoded")
+	}
+}
