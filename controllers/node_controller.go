@@ -408,6 +408,9 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 		// and the deadline, when there is one, the last.
 		p.waiting, p.firstWait = true, p.g.state.firstWait(notReady)
 		p.requeue = r.untilDeadline(node, now)
+		if recheck := notReady.recheck; recheck > 0 && (p.requeue == 0 || recheck < p.requeue) {
+			p.requeue = recheck
+		}
 		return
 	}
 	if hold := r.holdFor(p.obs, p.v); hold > 0 {

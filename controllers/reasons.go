@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -24,6 +25,8 @@ type gateError struct {
 	title string
 	// group is the name of the gate's group, when it has one.
 	group string
+	// recheck is when to check the gate again although no watch event came (gates.Rechecked).
+	recheck time.Duration
 }
 
 // answer returns gate's answer err as a gateError, or nil when the gate passes.
@@ -31,7 +34,11 @@ func answer(gate gates.Gate, err error) *gateError {
 	if err == nil {
 		return nil
 	}
-	return &gateError{gate: gate.Name(), reason: gates.Reason(err), err: err, title: gates.ConditionReason(gate)}
+	e := &gateError{gate: gate.Name(), reason: gates.Reason(err), err: err, title: gates.ConditionReason(gate)}
+	if r, ok := gate.(gates.Rechecked); ok {
+		e.recheck = r.Recheck()
+	}
+	return e
 }
 
 func (e *gateError) Error() string {

@@ -77,6 +77,14 @@ type NodeReader interface {
 	NodeChanged(oldNode, newNode *corev1.Node) bool
 }
 
+// Rechecked is implemented by cached gates that also read what no watch tells about (the
+// DaemonSets, which the node agents' gate lists rather than watches): while such a gate holds the
+// taints, the reconciler checks it again after Recheck, whatever else happens.
+type Rechecked interface {
+	Cached
+	Recheck() time.Duration
+}
+
 // AfterReboot is implemented by gates that check what a reboot leaves stale for the other gates
 // of their group (a CSINode entry from the boot before): the reconciler heeds them only on a Node
 // that booted again since the group's gates last passed, so a node's first boot is never held on

@@ -1,0 +1,229 @@
+package gates
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/csi"
+)
+
+// PluginsName names the gate on the plugins in kubelet's plugins registry in logs, events and
+// metrics.
+const PluginsName = "plugins"
+
+// The plugin types kubelet's plugin watcher registers (pluginregistration/v1).
+const (
+	CSIPluginType    = "CSIPlugin"
+	DevicePluginType = "DevicePlugin"
+	DRAPluginType    = "DRAPlugin"
+)
+
+// registryDirName is the name kubelet gives its plugins registry under its root directory,
+// whatever the root (/var/lib/kubelet, or a distribution's own).
+const registryDirName = "plugins_registry"
+
+// getInfoTimeout bounds each GetInfo; a registration server answers at once.
+const getInfoTimeout = time.Second
+
+// Plugin is a plugin whose registration server in kubelet's plugins registry serves now.
+type Plugin struct {
+	csi.PluginInfo
+	// Socket is the registration server's socket.
+	Socket string
+}
+
+// String names the plugin as messages do: "CSI driver NAME", "device plugin NAME".
+func (p Plugin) String() string {
+	switch p.Type {
+	case CSIPluginType:
+		return "CSI driver " + p.Name
+	case DevicePluginType:
+		return "device plugin " + p.Name
+	case DRAPluginType:
+		return "DRA driver " + p.Name
+	}
+	return p.Type + " " + p.Name
+}
+
+// PluginRegistry reads kubelet's plugins registry as kubelet's plugin watcher does: each socket
+// in it is a plugin's registration server, which GetInfo asks for the plugin's type, name and
+// endpoint. It asks each socket once, and again only when the socket is bound anew; a socket
+// that refuses connections is one a crash left behind, and serves no plugin.
+type PluginRegistry struct {
+	dir string
+
+	mu    sync.Mutex
+	known map[string]knownSocket // by socket path
+}
+
+type knownSocket struct {
+	bound time.Time // the socket's modification time: when its server bound it
+	info  csi.PluginInfo
+}
+
+// NewPluginRegistry returns a reader of the plugins registry dir, as the agent sees it.
+func NewPluginRegistry(dir string) *PluginRegistry {
+	return &PluginRegistry{dir: filepath.Clean(dir), known: map[string]knownSocket{}}
+}
+
+// Root is kubelet's root directory, which holds the registry: plugins' endpoints are read
+// relative to it, so that a pod's host paths and the agent's view of them compare.
+func (r *PluginRegistry) Root() string { return filepath.Dir(r.dir) }
+
+// Serving returns the plugins whose registration servers answer now, in the order of their
+// sockets' names. A registry that does not exist has none.
+func (r *PluginRegistry) Serving(ctx context.Context) ([]Plugin, error) {
+	entries, err := os.ReadDir(r.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading kubelet's plugins registry: %w", err)
+	}
+	var out []Plugin
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if e.Type()&fs.ModeSocket == 0 {
+			continue
+		}
+		path := filepath.Join(r.dir, e.Name())
+		seen[path] = true
+		if info, ok := r.serving(ctx, path); ok {
+			out = append(out, Plugin{PluginInfo: info, Socket: path})
+		}
+	}
+	r.mu.Lock()
+	for path := range r.known {
+		if !seen[path] {
+			delete(r.known, path)
+		}
+	}
+	r.mu.Unlock()
+	return out, nil
+}
+
+// serving returns what the registration server on path registers, when it answers.
+func (r *PluginRegistry) serving(ctx context.Context, path string) (csi.PluginInfo, bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return csi.PluginInfo{}, false
+	}
+	r.mu.Lock()
+	k, ok := r.known[path]
+	r.mu.Unlock()
+	if ok && k.bound.Equal(st.ModTime()) {
+		// Known: only whether it still serves can have changed.
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return csi.PluginInfo{}, false
+		}
+		_ = conn.Close()
+		return k.info, true
+	}
+	c := csi.NewIdentityClient(path)
+	defer c.Close()
+	callCtx, cancel := context.WithTimeout(ctx, getInfoTimeout)
+	defer cancel()
+	info, err := c.GetInfo(callCtx)
+	if err != nil || info.Name == "" {
+		return csi.PluginInfo{}, false
+	}
+	r.mu.Lock()
+	r.known[path] = knownSocket{bound: st.ModTime(), info: info}
+	r.mu.Unlock()
+	return info, true
+}
+
+// PluginsGate passes while kubelet has registered every plugin whose registration server serves
+// in its plugins registry: a CSI driver is listed in this node's CSINode, a device plugin's
+// resource is in the Node's allocatable. A DRA driver passes once it serves; its ResourceSlices
+// are the ResourceSlice gate's. It reads this node's CSINode from the manager's cache, and a
+// CSINode watch event, or a change of the Node's allocatable, causes the reconcile.
+type PluginsGate struct {
+	node     string
+	registry *PluginRegistry
+}
+
+// NewPluginsGate returns a gate on the plugins registry registers on node.
+func NewPluginsGate(node string, registry *PluginRegistry) *PluginsGate {
+	return &PluginsGate{node: node, registry: registry}
+}
+
+// Name implements Gate.
+func (g *PluginsGate) Name() string { return PluginsName }
+
+// CacheEntry implements Cached: this node's CSINode only, as the CSINode gate's.
+func (g *PluginsGate) CacheEntry() (client.Object, cache.ByObject) {
+	return &storagev1.CSINode{}, cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", g.node)}
+}
+
+// Watches implements Cached.
+func (g *PluginsGate) Watches(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
+	thisNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == g.node })
+	return &storagev1.CSINode{}, toNode, []predicate.Predicate{thisNode}
+}
+
+// RESTMapping implements Cached.
+func (g *PluginsGate) RESTMapping() (schema.GroupVersionKind, meta.RESTScope) {
+	return storagev1.SchemeGroupVersion.WithKind("CSINode"), meta.RESTScopeRoot
+}
+
+// NodeChanged implements NodeReader: a device plugin's resource shows in the allocatable.
+func (g *PluginsGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
+	return !equality.Semantic.DeepEqual(oldNode.Status.Allocatable, newNode.Status.Allocatable)
+}
+
+// Check implements Gate.
+func (g *PluginsGate) Check(ctx context.Context, in Input) error {
+	plugins, err := g.registry.Serving(ctx)
+	if err != nil {
+		return err
+	}
+	var drivers []string
+	if slices.ContainsFunc(plugins, func(p Plugin) bool { return p.Type == CSIPluginType }) {
+		csiNode := &storagev1.CSINode{}
+		err := in.Reader.Get(ctx, types.NamespacedName{Name: g.node}, csiNode)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading CSINode %s: %w", g.node, err)
+		}
+		for _, d := range csiNode.Spec.Drivers {
+			drivers = append(drivers, d.Name)
+		}
+	}
+	for _, p := range plugins {
+		registered := true
+		switch p.Type {
+		case CSIPluginType:
+			registered = slices.Contains(drivers, p.Name)
+		case DevicePluginType:
+			q := in.Node.Status.Allocatable[corev1.ResourceName(p.Name)]
+			registered = q.Sign() > 0
+		}
+		if !registered {
+			return NotReady(ReasonNotRegistered, fmt.Errorf("kubelet has not registered the %s, whose registrar serves %s, yet", p, p.Socket))
+		}
+	}
+	return nil
+}
