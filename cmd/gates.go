@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -129,6 +130,33 @@ var gateKinds = []gateKind{
 		build: func(o *options, g groupOptions, add func(string, gates.Gate)) {
 			if len(g.pods) > 0 {
 				add("require-pod", gates.NewPodGate(o.nodeName, g.pods...))
+			}
+		}},
+	{flag: "node-agents", chartValue: "nodeAgents",
+		bind: func(fs *flag.FlagSet, g *groupOptions) {
+			fs.StringVar(&g.nodeAgents, "node-agents", "",
+				"A gate that passes once every node agent that should run on this node is ready, with no setting per agent: "+
+					"all counts every DaemonSet that the DaemonSet controller runs here and that tolerates the startup taints "+
+					"(but the agent's own and those labelled "+gates.NodeAgentLabel+"=false), labelled only those labelled =true. "+
+					"Each one's pod here must be Ready; one that mounts kubelet's plugins registry must serve a plugin there "+
+					"that kubelet has registered (CSINode, allocatable). Needs to list DaemonSets and this node's pods.")
+		},
+		build: func(o *options, g groupOptions, add func(string, gates.Gate)) {
+			if g.nodeAgents == "" {
+				return
+			}
+			startup := make([]corev1.Taint, 0, len(g.taints))
+			for _, t := range g.taints {
+				startup = append(startup, corev1.Taint{Key: t.Key, Effect: t.Effect})
+			}
+			opts := gates.NodeAgentsOptions{Node: o.nodeName, Self: types.NamespacedName{Namespace: o.podNamespace, Name: o.podName},
+				Startup: startup, Choose: gates.NodeAgents(g.nodeAgents)}
+			if o.pluginsRegistry != "" {
+				opts.Registry = gates.NewPluginRegistry(o.pluginsRegistry)
+			}
+			add("node-agents", gates.NewNodeAgentsGate(opts))
+			if opts.Registry != nil {
+				add("node-agents", gates.NewPluginsGate(o.nodeName, opts.Registry))
 			}
 		}},
 }

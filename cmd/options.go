@@ -72,6 +72,7 @@ type groupOptions struct {
 	resourceSlices     []string
 	conditions         []gates.ConditionRequirement
 	pods               []gates.PodRequirement
+	nodeAgents         string
 	conditionType      string
 }
 
@@ -347,6 +348,8 @@ func (o *options) validateGroup(g *groupOptions, explicit map[string]bool, setti
 	case g.readyContainer != "" && (o.podName == "" || o.podNamespace == ""):
 		return fmt.Errorf("%s: needs the agent's own Pod in the POD_NAME and POD_NAMESPACE environment variables (downward API)",
 			setting("ready-container"))
+	case g.nodeAgents != "" && g.nodeAgents != string(gates.NodeAgentsAll) && g.nodeAgents != string(gates.NodeAgentsLabelled):
+		return fmt.Errorf("%s: %q is neither %s nor %s", setting("node-agents"), g.nodeAgents, gates.NodeAgentsAll, gates.NodeAgentsLabelled)
 	case g.csiAddress != "" && !filepath.IsAbs(g.csiAddress):
 		return fmt.Errorf("%s: %q is not an absolute path", setting("csi-address"), g.csiAddress)
 	case g.csiAddress == "" && explicit["require-csinode"] && g.requireCSINode:

@@ -221,12 +221,12 @@ func (g *group) retaintKey(putBack bool) string {
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when
 // all pass. It evaluates every gate, so the gate metrics stay current.
-func (g *group) checkGates(ctx context.Context, reader client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
+func (g *group) checkGates(ctx context.Context, reader, lister client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
 	local, since := g.prober.notReady(g.bootedAgain(node))
 	var first *gateError
 	for i := range g.checks {
 		c := &g.checks[i]
-		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader})))
+		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader, Lister: lister})))
 		since = maxTime(since, g.passing.observe(i, gerr, now))
 		if first == nil {
 			first = gerr

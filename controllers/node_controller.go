@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 	"net/http"
 	"slices"
 	"time"
@@ -151,6 +152,9 @@ func (r *NodeReconciler) RESTMapper(*rest.Config, *http.Client) (meta.RESTMapper
 	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 	// Read once, uncached (csidriver.go).
 	m.Add(storagev1.SchemeGroupVersion.WithKind("CSIDriver"), meta.RESTScopeRoot)
+	// Listed uncached by the node agents' gate (gates.NodeAgentsGate), never watched.
+	m.Add(appsv1.SchemeGroupVersion.WithKind("DaemonSet"), meta.RESTScopeNamespace)
+	m.Add(appsv1.SchemeGroupVersion.WithKind("DaemonSetList"), meta.RESTScopeNamespace)
 	for _, c := range r.cachedGates() {
 		gvk, scope := c.RESTMapping()
 		m.Add(gvk, scope)
@@ -372,7 +376,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 		return nil
 	}
 	obs := g.state.observe(node, specs, g.retaintKey(putBack), now)
-	notReady, readySince := g.checkGates(ctx, r.wired.client, node, now)
+	notReady, readySince := g.checkGates(ctx, r.wired.client, r.wired.reader, node, now)
 	p := &plan{g: g, specs: specs, now: now, obs: obs, v: g.state.judge(notReady, readySince, now), readySince: readySince,
 		notReady: notReady}
 	switch {

@@ -81,7 +81,6 @@ type NodeAgentsGate struct {
 	self     types.NamespacedName
 	startup  []corev1.Taint
 	choose   NodeAgents
-	lister   client.Reader
 	registry *PluginRegistry
 	clock    clock.PassiveClock
 
@@ -101,8 +100,6 @@ type NodeAgentsOptions struct {
 	Startup []corev1.Taint
 	// Choose says which DaemonSets count; NodeAgentsAll when empty.
 	Choose NodeAgents
-	// Lister lists DaemonSets from the API server (the manager's API reader).
-	Lister client.Reader
 	// Registry is kubelet's plugins registry; without it, a pod's plugins are not looked for.
 	Registry *PluginRegistry
 	// Clock tells the list's age; the real clock when nil.
@@ -111,8 +108,8 @@ type NodeAgentsOptions struct {
 
 // NewNodeAgentsGate returns a gate on the node agents o describes.
 func NewNodeAgentsGate(o NodeAgentsOptions) *NodeAgentsGate {
-	g := &NodeAgentsGate{node: o.Node, self: o.Self, startup: o.Startup, choose: o.Choose, lister: o.Lister,
-		registry: o.Registry, clock: o.Clock}
+	g := &NodeAgentsGate{node: o.Node, self: o.Self, startup: o.Startup, choose: o.Choose, registry: o.Registry,
+		clock: o.Clock}
 	if g.choose == "" {
 		g.choose = NodeAgentsAll
 	}
@@ -165,14 +162,14 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 		return fmt.Errorf("listing node %s's pods: %w", g.node, err)
 	}
 	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != g.node })
-	daemons, err := g.daemonSets(ctx, pods, 0)
+	daemons, err := g.daemonSets(ctx, in.Lister, pods, 0)
 	if err != nil {
 		return err
 	}
 	err = g.check(ctx, in.Node, daemons, pods)
 	if err == nil && g.listAge() > confirmAfter {
 		// About to pass: on a list of now, so that a DaemonSet added since counts.
-		if daemons, err = g.daemonSets(ctx, pods, confirmAfter); err != nil {
+		if daemons, err = g.daemonSets(ctx, in.Lister, pods, confirmAfter); err != nil {
 			return err
 		}
 		err = g.check(ctx, in.Node, daemons, pods)
@@ -333,7 +330,7 @@ func shouldRun(pod *corev1.Pod, node *corev1.Node, taints []corev1.Taint) bool {
 
 // daemonSets returns the DaemonSets that may count, listed again when the last list is older
 // than maxAge (relistAfter when zero) or some pod here belongs to a DaemonSet it lacks.
-func (g *NodeAgentsGate) daemonSets(ctx context.Context, pods []corev1.Pod, maxAge time.Duration) ([]appsv1.DaemonSet, error) {
+func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, pods []corev1.Pod, maxAge time.Duration) ([]appsv1.DaemonSet, error) {
 	if maxAge == 0 {
 		maxAge = relistAfter
 	}
@@ -357,7 +354,7 @@ func (g *NodeAgentsGate) daemonSets(ctx context.Context, pods []corev1.Pod, maxA
 	}
 	list := &appsv1.DaemonSetList{}
 	// From the API server's watch cache (resourceVersion 0): no read of etcd per booting node.
-	err = g.lister.List(ctx, list, client.MatchingLabelsSelector{Selector: selector.Add(req...)},
+	err = lister.List(ctx, list, client.MatchingLabelsSelector{Selector: selector.Add(req...)},
 		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
 	if err != nil {
 		return nil, fmt.Errorf("listing DaemonSets: %w", err)

@@ -125,12 +125,12 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			if n == nil {
 				n = node
 			}
-			o := NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Choose: tc.choose, Lister: c,
+			o := NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Choose: tc.choose,
 				Clock: clocktesting.NewFakePassiveClock(time.Now())}
 			if tc.self != "" {
 				o.Self = types.NamespacedName{Namespace: "kube-system", Name: tc.self + "-x"}
 			}
-			err := NewNodeAgentsGate(o).Check(context.Background(), Input{Node: n, Reader: c})
+			err := NewNodeAgentsGate(o).Check(context.Background(), Input{Node: n, Reader: c, Lister: c})
 			got := ""
 			if err != nil {
 				got = Reason(err)
@@ -155,10 +155,10 @@ func TestTheNodeAgentsGateCountsADaemonSetAddedWhileTheNodeWaits(t *testing.T) {
 	cni := daemonSet("cni")
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cni).Build()
 	clk := clocktesting.NewFakePassiveClock(time.Now())
-	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Lister: c, Clock: clk})
+	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
 	ctx := context.Background()
 	check := func() string {
-		err := g.Check(ctx, Input{Node: node, Reader: c})
+		err := g.Check(ctx, Input{Node: node, Reader: c, Lister: c})
 		if err == nil {
 			return ""
 		}
@@ -214,9 +214,9 @@ func TestTheNodeAgentsGateWaitsForTheRegistrarOfAPodThatRegistersWithKubelet(t *
 	}
 	ebs, efs := csiDriver("ebs", "ebs.csi.aws.com"), csiDriver("efs", "efs.csi.aws.com")
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ebs, efs, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true)).Build()
-	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Lister: c,
+	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup},
 		Registry: NewPluginRegistry(registry), Clock: clocktesting.NewFakePassiveClock(time.Now())})
-	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c}) }
+	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }
 
 	err = check()
 	if Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs, kube-system/efs") {

@@ -53,7 +53,11 @@ var installs = []install{
 		dir: "../../config/samples/autoscaler-startup-taint"},
 	{name: "the Cilium recipe gated on the Cilium agent's pod", dir: "../../config/samples/cilium-pod",
 		podReads: "kube-system/startup-taint-remover-cilium-pod-startup-taint-remover-pods"},
+	{name: "the every-node-agent recipe: --node-agents alone", dir: "../../config/samples/node-agents",
+		agentReads: "startup-taint-remover-node-agents-node-agents"},
 	{name: "the Helm chart with its default values", dir: chartDir, chart: &chartRelease{name: "default", namespace: "charted"}},
+	{name: "the Helm chart for every node agent, no configuration", dir: chartDir, agentReads: "agents-startup-taint-remover-node-agents",
+		chart: &chartRelease{name: "agents", namespace: "agents", values: []string{chartDir + "/ci/node-agents-values.yaml"}}},
 	{name: "the Helm chart for EBS with continuous mode and a Node condition", dir: chartDir, chart: &chartRelease{
 		name: "ebs", namespace: "ebs-csi", values: []string{chartDir + "/ci/ebs-values.yaml", "testdata/continuous-values.yaml"}}},
 	{name: "the Helm chart for EBS and EFS on one node, with continuous mode and a condition per group", dir: chartDir, chart: &chartRelease{
@@ -67,6 +71,9 @@ type install struct {
 	chart     *chartRelease
 	// podReads is the one Role, NAMESPACE/NAME, that lets the agent read pods (--require-pod).
 	podReads string
+	// agentReads is the one ClusterRole that lets the agent list DaemonSets and pods
+	// (--node-agents).
+	agentReads string
 }
 
 func (in install) render() []*unstructured.Unstructured {
@@ -473,6 +480,20 @@ var _ = Describe("the rendered installs", func() {
 					Expect(in.podReads).To(Equal(role.Namespace+"/"+role.Name), "the install's one pod reader")
 				}
 			})
+
+			if in.agentReads != "" {
+				It("lets the agent list DaemonSets and pods, and neither watch DaemonSets nor read a Secret", func(ctx SpecContext) {
+					agentClient := asAgent(newNode(ctx))
+					Eventually(func() error {
+						return agentClient.List(ctx, &appsv1.DaemonSetList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+					}).Should(Succeed())
+					Expect(agentClient.List(ctx, &corev1.PodList{}, client.MatchingFields{"spec.nodeName": "n1"})).To(Succeed())
+					err := agentClient.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &appsv1.DaemonSet{})
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a get of a DaemonSet: %v", err)
+					err = agentClient.List(ctx, &corev1.SecretList{})
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a list of Secrets: %v", err)
+				})
+			}
 
 			It("lets the real controller, with only the agent's identity, remove its own startup taints, and it finds itself confined", func(ctx SpecContext) {
 				name := newNode(ctx)
@@ -1279,6 +1300,9 @@ var _ = Describe("pod reads", func() {
 	It("are granted by no install of the table but a --require-pod one's, in the namespace it reads, to its agent only", func() {
 		for _, in := range installs {
 			objs := in.render()
+			if in.agentReads != "" {
+				continue // the next spec's
+			}
 			if in.podReads == "" {
 				Expect(grantsPods(objs)).To(BeEmpty(), in.name)
 				continue
@@ -1297,6 +1321,37 @@ var _ = Describe("pod reads", func() {
 			Expect(bindings[0].Namespace + "/" + bindings[0].RoleRef.Name).To(Equal(in.podReads))
 			Expect(bindings[0].Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Namespace: a.namespace, Name: a.serviceAccount}))
 		}
+	})
+
+	It("are granted cluster-wide by a --node-agents install, with a list of DaemonSets and nothing else, to its agent only", func() {
+		seen := 0
+		for _, in := range installs {
+			if in.agentReads == "" {
+				continue
+			}
+			seen++
+			objs := in.render()
+			Expect(grantsPods(objs)).To(ConsistOf("ClusterRole /"+in.agentReads), in.name)
+			Expect(agentArgs(objs)).To(ContainElement(HavePrefix("--node-agents=")), in.name)
+			for _, role := range only[rbacv1.ClusterRole](objs, "ClusterRole") {
+				if role.Name != in.agentReads {
+					continue
+				}
+				Expect(role.Rules).To(ConsistOf(
+					rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}},
+					rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}), in.name)
+			}
+			a := agentOf(objs)
+			var bound int
+			for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
+				if b.RoleRef.Name == in.agentReads {
+					bound++
+					Expect(b.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Namespace: a.namespace, Name: a.serviceAccount}))
+				}
+			}
+			Expect(bound).To(Equal(1), in.name)
+		}
+		Expect(seen).To(Equal(2), "the sample and the chart")
 	})
 
 	It("are granted by config/sidecar/ready-container, in the driver's namespace, to its service account only", func() {

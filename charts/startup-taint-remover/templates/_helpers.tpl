@@ -77,6 +77,9 @@ groups:
   {{- with .requirePods }}
   require-pod: {{ toJson . }}
   {{- end }}
+  {{- with .nodeAgents }}
+  node-agents: {{ . }}
+  {{- end }}
   {{- with .conditionType }}
   condition-type: {{ . }}
   {{- end }}
@@ -112,8 +115,8 @@ labels. Call it with (list $ "files/NAME.yaml" "name-suffix").
 {{/*
 str.mounts lists the pod's volumes, each with where the container mounts it: the CSI socket
 directory at /csi (with groups, the groups file, and each group's socket directory at /csi/NAME),
-kubelet's plugins registry read-only at the agent's default --plugins-registry when a CSI gate is
-on, and each ready file's directory read-only at the same path as on the host, once however many
+kubelet's plugins registry read-only at the agent's default --plugins-registry when a CSI gate or
+the node agents' gate is on, and each ready file's directory read-only at the same path as on the host, once however many
 files (of however many groups) it holds.
 */}}
 {{- define "str.mounts" -}}
@@ -131,7 +134,7 @@ files (of however many groups) it holds.
 {{- else if .Values.csi.socketDir -}}
 {{- $mounts = append $mounts (dict "name" "plugin-dir" "mountPath" "/csi" "hostPath" .Values.csi.socketDir) -}}
 {{- end -}}
-{{- if and .Values.pluginsRegistry (include "str.csi" .) -}}
+{{- if and .Values.pluginsRegistry (or (include "str.csi" .) (include "str.nodeAgents" .)) -}}
 {{- $mounts = append $mounts (dict "name" "plugins-registry" "mountPath" "/var/lib/kubelet/plugins_registry" "readOnly" true "hostPath" .Values.pluginsRegistry) -}}
 {{- end -}}
 {{- $dirs := list -}}
@@ -153,5 +156,17 @@ str.csi is "true" when a CSI gate is on: the top-level one, or a group's.
 {{- if and .csi .csi.socketDir -}}true{{- end -}}
 {{- end -}}
 {{- else if .Values.csi.socketDir -}}true
+{{- end -}}
+{{- end -}}
+
+{{/*
+str.nodeAgents is "true" when the node agents' gate is on: the top-level one, or a group's.
+*/}}
+{{- define "str.nodeAgents" -}}
+{{- if .Values.groups -}}
+{{- range .Values.groups -}}
+{{- if .nodeAgents -}}true{{- end -}}
+{{- end -}}
+{{- else if .Values.nodeAgents -}}true
 {{- end -}}
 {{- end -}}
