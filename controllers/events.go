@@ -120,8 +120,10 @@ func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, g
 		if gates.WaitsForDriver(gerr.gate) {
 			reason = EventReasonWaitingForDriver
 		}
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "WaitForReadiness",
-			"Holding startup taints: %s", gerr.Error())
+		// An action of its own per gate and reason class: the recorder folds events of one
+		// reason and action into one series, which would keep only the first one's note.
+		action := "WaitFor" + strings.TrimSuffix(gerr.title, "NotReady") + gates.CamelCase(gerr.reason)
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, action, "Holding startup taints: %s", gerr.Error())
 	}
 }
 

@@ -274,10 +274,18 @@ func (g *NodeAgentsGate) tolerated(tolerations []corev1.Toleration) bool {
 	return true
 }
 
-// withoutStartup returns taints without the startup taints.
+// bootTaints are the taints a booting node carries until it is initialized and Ready, which go by
+// themselves: the DaemonSet controller makes no pod of a DaemonSet that does not tolerate them
+// until they go, and nor does the scheduler place a workload's pod, so such a DaemonSet counts from
+// the start, or the gate would pass before its pod exists.
+var bootTaints = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable,
+	"node.cloudprovider.kubernetes.io/uninitialized"}
+
+// withoutStartup returns taints without the startup taints and the taints of a booting node.
 func (g *NodeAgentsGate) withoutStartup(taints []corev1.Taint) []corev1.Taint {
 	return slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool {
-		return slices.ContainsFunc(g.startup, func(s corev1.Taint) bool { return s.Key == t.Key && (s.Effect == "" || s.Effect == t.Effect) })
+		return slices.Contains(bootTaints, t.Key) ||
+			slices.ContainsFunc(g.startup, func(s corev1.Taint) bool { return s.Key == t.Key && (s.Effect == "" || s.Effect == t.Effect) })
 	})
 }
 

@@ -59,6 +59,9 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute}}}}
 	gpuNode := node.DeepCopy()
 	gpuNode.Spec.Taints = append(gpuNode.Spec.Taints, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+	notReady := node.DeepCopy()
+	notReady.Spec.Taints = append(notReady.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+		corev1.Taint{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule})
 	withoutToleration := func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Tolerations = nil }
 	selecting := func(k, v string) func(*appsv1.DaemonSet) {
 		return func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector = map[string]string{k: v} }
@@ -71,7 +74,9 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 		}
 	}
 	tolerating := func(tol corev1.Toleration) func(*appsv1.DaemonSet) {
-		return func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Tolerations = append(ds.Spec.Template.Spec.Tolerations, tol) }
+		return func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Tolerations = append(ds.Spec.Template.Spec.Tolerations, tol)
+		}
 	}
 	labelled := func(v string) func(*appsv1.DaemonSet) {
 		return func(ds *appsv1.DaemonSet) { ds.Labels = map[string]string{NodeAgentLabel: v} }
@@ -109,6 +114,8 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 		{name: "another taint it does not tolerate", node: gpuNode, objects: []client.Object{cni}},
 		{name: "another taint it tolerates", node: gpuNode, want: ReasonNoDaemonPod, objects: []client.Object{daemonSet("gpu",
 			tolerating(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu"}))}},
+		{name: "not Ready yet, before the DaemonSet controller makes pods of those that do not tolerate that", want: ReasonNoDaemonPod,
+			node: notReady, objects: []client.Object{cni}},
 		{name: "a template for another node", objects: []client.Object{daemonSet("pinned", func(ds *appsv1.DaemonSet) {
 			ds.Spec.Template.Spec.NodeName = "n2"
 		})}},

@@ -159,19 +159,26 @@ func ConditionReason(gate Gate) string {
 	if t, ok := gate.(Titled); ok {
 		return t.Title() + "NotReady"
 	}
-	var b strings.Builder
-	for _, word := range strings.FieldsFunc(gate.Name(), func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
-		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
-	}
-	if b.Len() == 0 || !unicode.IsLetter(rune(b.String()[0])) {
+	name := CamelCase(gate.Name())
+	if name == "" || !unicode.IsLetter(rune(name[0])) {
 		return "GateNotReady"
 	}
-	return b.String() + "NotReady"
+	return name + "NotReady"
+}
+
+// CamelCase writes s, words of letters and digits between other characters, in CamelCase:
+// "pod_not_ready" is PodNotReady.
+func CamelCase(s string) string {
+	var b strings.Builder
+	for _, word := range strings.FieldsFunc(s, func(c rune) bool { return !unicode.IsLetter(c) && !unicode.IsDigit(c) }) {
+		b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+	}
+	return b.String()
 }
 
 // driverGates are the gates on a driver that registers with kubelet: a CSI driver (its Probe,
 // CSINode and registrar), a DRA driver (its ResourceSlices) and a device plugin (its allocatable resources).
-var driverGates = []string{CSIName, CSINodeName, RegistrationName, ResourceSliceName, ResourceName}
+var driverGates = []string{CSIName, CSINodeName, RegistrationName, PluginsName, ResourceSliceName, ResourceName}
 
 // WaitsForDriver reports whether the gate named name waits for a driver, rather than for another
 // node agent (an HTTP endpoint, a file, a pod, a container, a condition).

@@ -131,6 +131,22 @@ func EventCount(ctx context.Context, c client.Reader, node, reason string) (int,
 	return n, nil
 }
 
+// EventNotes returns the notes of the events recorded about the Node named node with reason, in
+// the order the API server lists them.
+func EventNotes(ctx context.Context, c client.Reader, node, reason string) ([]string, error) {
+	list := &eventsv1.EventList{}
+	if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == reason {
+			out = append(out, e.Note)
+		}
+	}
+	return out, nil
+}
+
 // EnvtestBinary returns the path of a binary hack/envtest builds beside the envtest binaries
 // (KUBEBUILDER_ASSETS): kubemark, kube-scheduler or kube-controller-manager; KUBEMARK, when set,
 // names another minor's kubemark. Its error says how to build it.

@@ -51,17 +51,18 @@ type ControlPlane struct {
 // workload on a hollow node needs: node lifecycle, which removes kubelet's not-ready taint once the
 // Node is Ready, taint eviction, the PersistentVolume binder, which binds the claims of PVC-backed
 // volumes (Claim), and the claims' and volumes' protection, which lets them go once no pod uses
-// them. Both use kubeconfig, an admin's, and write their logs to log.
-func StartControlPlane(kubeconfig string, log io.Writer) (*ControlPlane, error) {
+// them, and any further controllers (daemonset-controller). Both use kubeconfig, an admin's, and
+// write their logs to log.
+func StartControlPlane(kubeconfig string, log io.Writer, controllers ...string) (*ControlPlane, error) {
 	cp := &ControlPlane{}
 	for _, c := range []struct {
 		name string
 		args []string
 	}{
 		{name: "kube-scheduler"},
-		{name: "kube-controller-manager", args: []string{"--controllers=" + strings.Join([]string{"node-lifecycle-controller",
+		{name: "kube-controller-manager", args: []string{"--controllers=" + strings.Join(append([]string{"node-lifecycle-controller",
 			"taint-eviction-controller", "persistentvolume-binder-controller", "persistentvolumeclaim-protection-controller",
-			"persistentvolume-protection-controller"}, ","),
+			"persistentvolume-protection-controller"}, controllers...), ","),
 			"--use-service-account-credentials=false", "--node-monitor-period=1s"}},
 	} {
 		path, err := expectations.EnvtestBinary(c.name)

@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gexec"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
+)
+
+// agentsTaint is the one startup taint of every node agent (config/samples/node-agents).
+var agentsTaint = corev1.Taint{Key: "startup-taint-remover.github.io/agents-not-ready", Effect: corev1.TaintEffectNoSchedule}
+
+// agentsNamespace holds the node agents' DaemonSets of these specs.
+const agentsNamespace = "e2e-agents"
+
+// agentsNode is a node that joins with agentsTaint, and its agent with --node-agents=all alone.
+type agentsNode struct {
+	name     string
+	agent    *gexec.Session
+	kubelet  *hollowkubelet.Kubelet
+	driver   *fakecsi.Driver
+	failures *workload.MountFailures
+}
+
+// startAgentsNode creates pods pods that need the driver on node, then starts node's kubelet with
+// agentsTaint, the driver in the plugin directory workload.CSIAgent mounts (not registered with
+// kubelet yet), and the agent with --node-agents=all and no other gate, and extra.
+func startAgentsNode(ctx context.Context, node string, pods int, extra ...string) *agentsNode {
+	GinkgoHelper()
+	deleteNodeAfterSpec(node)
+	for i := range pods {
+		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
+	}
+	failures := workload.NewMountFailures()
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
+		RegisterWithTaints: []corev1.Taint{agentsTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(kubelet.Stop)
+	socket := workload.DriverSocket(kubelet.RootDir, driverName)
+	Expect(os.MkdirAll(filepath.Dir(socket), 0o755)).To(Succeed())
+	driver, err := fakecsi.Start(socket, driverName, fakecsi.Ready)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(driver.Stop)
+	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node,
+		"--node-agents=all", "--taint=" + agentsTaint.Key + ":" + string(agentsTaint.Effect), "--plugins-registry=" + kubelet.PluginsRegistry(),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, extra...)...)
+	return &agentsNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
+}
+
+// createAgent creates ds until the spec ends.
+func createAgent(ctx context.Context, ds *appsv1.DaemonSet) *appsv1.DaemonSet {
+	GinkgoHelper()
+	Expect(k8sClient.Create(ctx, ds)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, ds, client.PropagationPolicy(metav1.DeletePropagationBackground)))).To(Succeed())
+	})
+	return ds
+}
+
+// agentPodState is whether ds has a pod on node, and whether it is Ready.
+func agentPodState(ctx context.Context, ds *appsv1.DaemonSet, node string) func() string {
+	return func() string {
+		pod, err := workload.AgentPod(ctx, k8sClient, ds, node)
+		if err != nil {
+			return "none"
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return "Ready"
+			}
+		}
+		return "not Ready"
+	}
+}
+
+// waitingNotes are the notes of the agent's events that say what holds node.
+func waitingNotes(ctx context.Context, node string) func(Gomega) string {
+	return func(g Gomega) string {
+		notes, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonWaitingForAgent)
+		g.Expect(err).NotTo(HaveOccurred())
+		more, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonWaitingForDriver)
+		g.Expect(err).NotTo(HaveOccurred())
+		return strings.Join(append(notes, more...), "\n")
+	}
+}
+
+var _ = Describe("every node agent, no configuration, with the real DaemonSet controller, scheduler and kubelet", Serial, Ordered, func() {
+	BeforeAll(func(ctx SpecContext) {
+		cp, err := workload.StartControlPlane(kubeconfig, io.Discard, "daemonset-controller")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cp.Stop)
+		csiDriver := workload.CSIDriver(driverName)
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, csiDriver))).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiDriver))).To(Succeed()) })
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentsNamespace}}
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, ns))).To(Succeed())
+	})
+
+	// readinessOnly plays a central controller that decides on the DaemonSets' pods' readiness
+	// alone, as vigil does: the agent without kubelet's plugins registry.
+	DescribeTable("holds the taint until the last agent is Ready, counting a DaemonSet added meanwhile",
+		func(ctx SpecContext, readinessOnly bool) {
+			node, pods := "e2e-agents", 3
+			var extra []string
+			if readinessOnly {
+				node, extra = "e2e-agents-readiness-only", []string{"--plugins-registry="}
+			}
+			cni := createAgent(ctx, workload.Agent(agentsNamespace, "cni", &agentsTaint, true))
+			csi := createAgent(ctx, workload.CSIAgent(agentsNamespace, "csi", driverName, &agentsTaint))
+			logs := createAgent(ctx, workload.Agent(agentsNamespace, "logs", &agentsTaint, true, "/var/log"))
+			app := createAgent(ctx, workload.Agent(agentsNamespace, "app", nil, false))
+			n := startAgentsNode(ctx, node, pods, extra...)
+			held := hasTaint(ctx, k8sClient, node, agentsTaint.Key)
+
+			By("the three agents that tolerate the taint get pods; the CSI driver's is Ready, its registrar not serving yet")
+			Eventually(agentPodState(ctx, csi, node), time.Minute).Should(Equal("Ready"))
+			Eventually(agentPodState(ctx, cni, node)).Should(Equal("not Ready"))
+			Eventually(agentPodState(ctx, logs, node)).Should(Equal("not Ready"))
+			Eventually(waitingNotes(ctx, node), 30*time.Second).Should(And(ContainSubstring(agentsNamespace+"/cni"),
+				ContainSubstring(agentsNamespace+"/logs")))
+			Expect(agentPodState(ctx, app, node)()).To(Equal("none"), "the agent that does not tolerate the taint waits for it to go")
+
+			By("a DaemonSet added while the node waits")
+			late := createAgent(ctx, workload.Agent(agentsNamespace, "late", &agentsTaint, true))
+			Eventually(agentPodState(ctx, late, node), time.Minute).Should(Equal("not Ready"))
+
+			By("the CNI agent, the log shipper and the late agent Ready, one by one")
+			for _, ds := range []*appsv1.DaemonSet{cni, logs, late} {
+				Consistently(held, "1s", "100ms").Should(BeTrue(), "held while %s is not Ready", ds.Name)
+				Expect(workload.SetAgentReady(ctx, k8sClient, ds, node)).To(Succeed())
+				Eventually(agentPodState(ctx, ds, node)).Should(Equal("Ready"))
+			}
+			if readinessOnly {
+				By("every pod Ready: the taint goes, and the registrar registers the driver a while later")
+				Eventually(held, 30*time.Second, 10*time.Millisecond).Should(BeFalse())
+				time.Sleep(workload.RegistrarDelay)
+				register(n.kubelet, n.driver)
+			} else {
+				Consistently(held, "3s", "100ms").Should(BeTrue(), "held while the driver's registrar does not serve")
+				Expect(waitingNotes(ctx, node)(Default)).To(ContainSubstring("serves no plugin there yet: " + agentsNamespace + "/csi"))
+
+				By("the registrar registering the driver with kubelet")
+				register(n.kubelet, n.driver)
+				var listed time.Time
+				Eventually(func(g Gomega) map[string]int32 {
+					listed = time.Now()
+					return csiNodeDrivers(ctx, node)(g)
+				}, time.Minute, 10*time.Millisecond).Should(HaveKey(driverName))
+				Eventually(held, 30*time.Second, 10*time.Millisecond).Should(BeFalse())
+				GinkgoWriter.Printf("every node agent: the taint went %s after kubelet listed the driver\n", time.Since(listed).Round(time.Millisecond))
+			}
+
+			Eventually(func() int { return len(n.driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods))
+			failed, examples := n.failures.Count()
+			GinkgoWriter.Printf("%s: %d failed mounts\n", node, failed)
+			if readinessOnly {
+				Expect(failed).To(BeNumerically(">", 0), "the pods that land before kubelet knows the driver fail their mounts")
+				Expect(examples).To(ContainElement(ContainSubstring(workload.NotRegistered)))
+			} else {
+				Expect(failed).To(BeZero(), "failed mounts: %v", examples)
+			}
+			Eventually(agentPodState(ctx, app, node), time.Minute).ShouldNot(Equal("none"), "the DaemonSet that waited for the taint runs now")
+		},
+		Entry("every node agent, no configuration: and kubelet lists the driver; no mount fails", false),
+		Entry("pod readiness only, as a central controller decides: the mounts of pods that land before the driver is registered fail", true),
+	)
+
+	It("with --max-wait, lets pods in at the deadline, and its event names the DaemonSet that never became Ready", func(ctx SpecContext) {
+		const node = "e2e-agents-max-wait"
+		createAgent(ctx, workload.Agent(agentsNamespace, "stuck", &agentsTaint, true))
+		n := startAgentsNode(ctx, node, 0, "--max-wait=8s")
+		created := &corev1.Node{}
+		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKey{Name: node}, created) }, time.Minute).Should(Succeed())
+		Eventually(hasTaint(ctx, k8sClient, node, agentsTaint.Key), time.Minute, 50*time.Millisecond).Should(BeFalse())
+		Expect(time.Since(created.CreationTimestamp.Time)).To(BeNumerically(">=", 7*time.Second), "not before the deadline")
+		Eventually(func(g Gomega) []string {
+			notes, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonTaintRemovedUnready)
+			g.Expect(err).NotTo(HaveOccurred())
+			return notes
+		}).Should(ContainElement(ContainSubstring(agentsNamespace + "/stuck")))
+		Expect(n.agent.Err.Contents()).To(ContainSubstring("removed startup taints although a gate does not pass"))
+	})
+})
