@@ -86,3 +86,17 @@ func withAction(e corev1.Event, action string) corev1.Event {
 	e.Action = action
 	return e
 }
+
+// A node held by the node agents' gate shows the gate and, from the agent's last waiting event,
+// the DaemonSets that hold it.
+func TestAHeldNodeNamesTheDaemonSetsThatHoldIt(t *testing.T) {
+	in := install{name: "agents", specs: []controllers.TaintSpec{{Key: "startup-taint-remover.github.io/agents-not-ready"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "startup-taint-remover.github.io/agents-not-ready", Effect: "NoSchedule"}}}}
+	const note = "Holding startup taints: daemonsets gate: DaemonSets whose pod on this node is not Ready: kube-system/fluent-bit"
+	events := nodeEvents{controllers.EventReasonWaitingForAgent: {Reason: controllers.EventReasonWaitingForAgent, Message: note}}
+	rows := nodeRows(node, []install{in}, events, false)
+	if len(rows) != 1 || rows[0].State != StateHeld || rows[0].Gate != "daemonsets" || rows[0].Detail != note {
+		t.Fatalf("rows %+v, want the daemonsets gate and its note", rows)
+	}
+}

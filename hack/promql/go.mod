@@ -76,6 +76,7 @@ require (
 	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect
 	google.golang.org/api v0.305.0 // indirect
 	k8s.io/client-go v0.37.2 // indirect
+	k8s.io/component-helpers v0.37.2 // indirect
 )
 
 require (
