@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -73,6 +74,9 @@ func (e *gateError) key() string { return e.gate + "/" + e.reason }
 type gateLog struct {
 	known  bool
 	reason string // "" while the gate passes
+	// holders are the node agents the gate last named (gates.Holders), each a series of
+	// startup_taint_gate_waiting_for.
+	holders []string
 }
 
 // update records gerr (nil when the gate passes), logs it if it differs from the last result, and
@@ -99,6 +103,20 @@ func (l *gateLog) update(logger logr.Logger, gate string, gerr *gateError) bool 
 // change (update) and sets the gate's metric, and returns gerr.
 func (l *gateLog) report(ctx context.Context, m *metrics.Metrics, group, gate string, gerr *gateError) *gateError {
 	l.update(log.FromContext(ctx), gate, gerr)
-	m.GateReady.WithLabelValues(gateLabel(group, gate)).Set(boolToFloat(gerr == nil))
+	label := gateLabel(group, gate)
+	m.GateReady.WithLabelValues(label).Set(boolToFloat(gerr == nil))
+	var holders []string
+	if gerr != nil {
+		holders = gates.Holders(gerr.err)
+	}
+	for _, h := range l.holders {
+		if !slices.Contains(holders, h) {
+			m.WaitingFor.DeleteLabelValues(label, h)
+		}
+	}
+	for _, h := range holders {
+		m.WaitingFor.WithLabelValues(label, h).Set(1)
+	}
+	l.holders = holders
 	return gerr
 }

@@ -221,10 +221,15 @@ func (g *NodeAgentsGate) check(ctx context.Context, node *corev1.Node, daemons [
 		return nil
 	}
 	parts := make([]string, 0, len(reasons))
+	var holders []string
 	for _, r := range reasons {
 		parts = append(parts, waitingFor[r]+": "+strings.Join(waiting[r], ", "))
+		holders = append(holders, waiting[r]...)
 	}
-	return NotReady(reasons[0], errors.New(strings.Join(parts, "; ")))
+	slices.Sort(holders)
+	nr := NotReady(reasons[0], errors.New(strings.Join(parts, "; ")))
+	nr.Holders = holders
+	return nr
 }
 
 // waitingFor says what each reason class means, before the DaemonSets it names.

@@ -128,6 +128,9 @@ const (
 type NotReadyError struct {
 	Reason string
 	Err    error
+	// Holders name the node agents that keep the gate from passing, where a gate knows them
+	// (the node agents' gate: DaemonSets, NAMESPACE/NAME): a bounded set, never pods.
+	Holders []string
 }
 
 // NotReady returns err as a verdict of reason class reason.
@@ -139,6 +142,15 @@ func (e *NotReadyError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the error the verdict wraps.
 func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// Holders returns the node agents err, a gate's answer, names as keeping it from passing.
+func Holders(err error) []string {
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		return nr.Holders
+	}
+	return nil
+}
 
 // Reason returns the reason class of err, a gate's answer: its NotReadyError's, ReasonTimeout for
 // a check that ran out of time, or ReasonError.

@@ -62,6 +62,8 @@ type Metrics struct {
 	ReadyToRemovedSeconds prometheus.Histogram
 	// GateReady is 1 while a readiness gate passes.
 	GateReady *prometheus.GaugeVec
+	// WaitingFor is 1 for each node agent a gate names as keeping it from passing.
+	WaitingFor *prometheus.GaugeVec
 	// ProbeDuration is how long each local probe took.
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeErrors counts failed probes by gate and reason class.
@@ -113,6 +115,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "startup_taint_gate_ready",
 		Help: "1 while the readiness gate the label names passes, 0 while it does not.",
 	}, []string{labelGate}))
+	m.WaitingFor = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_gate_waiting_for",
+		Help: "1 for each node agent the gate names as keeping it from passing now (--node-agents: a DaemonSet, NAMESPACE/NAME); " +
+			"the series goes once it no longer does. Bounded by the cluster's DaemonSets, never a pod.",
+	}, []string{labelGate, "agent"}))
 	m.ProbeDuration = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "startup_taint_probe_duration_seconds",
 		Help:    "Seconds one probe of a local readiness gate took.",
