@@ -401,16 +401,26 @@ func daemonSetOf(pod *corev1.Pod) types.UID {
 	return ""
 }
 
-// podOf returns the pod of ds among pods, a Ready one first, or nil; a pod being deleted counts
-// only while it is the only one (a rollout's old pod).
+// podOf returns the pod of ds among pods, or nil: a Ready one that is not being deleted first,
+// then a Ready one (a rollout's old pod, still serving), then any.
 func podOf(ds *appsv1.DaemonSet, pods []corev1.Pod) *corev1.Pod {
 	var found *corev1.Pod
+	rank := func(p *corev1.Pod) int {
+		r := 0
+		if podReady(p) {
+			r += 2
+		}
+		if p.DeletionTimestamp == nil {
+			r++
+		}
+		return r
+	}
 	for i := range pods {
 		p := &pods[i]
 		if daemonSetOf(p) != ds.UID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if found == nil || (podReady(p) && !podReady(found)) {
+		if found == nil || rank(p) > rank(found) {
 			found = p
 		}
 	}

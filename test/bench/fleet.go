@@ -46,8 +46,7 @@ func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
 		switch {
 		case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
 			verb = "watch"
-		case req.Method == http.MethodGet && !strings.Contains(strings.TrimPrefix(req.URL.Path, "/api/v1/nodes"), "/") &&
-			(strings.HasSuffix(req.URL.Path, "/nodes") || strings.HasSuffix(req.URL.Path, "/csinodes")):
+		case req.Method == http.MethodGet && collection(req.URL.Path):
 			verb = "list"
 		}
 		start := time.Now()
@@ -60,6 +59,20 @@ func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
 		c.mu.Unlock()
 		return resp, err
 	})
+}
+
+// collection reports whether path names a collection (/api/v1/nodes, /apis/apps/v1/daemonsets,
+// /api/v1/namespaces/NS/pods) rather than one object: an odd number of segments after the version.
+func collection(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/api/v1/")
+	if !ok {
+		parts := strings.SplitN(strings.TrimPrefix(path, "/apis/"), "/", 3)
+		if len(parts) < 3 {
+			return false
+		}
+		rest = parts[2]
+	}
+	return len(strings.Split(strings.Trim(rest, "/"), "/"))%2 == 1
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

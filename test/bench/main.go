@@ -65,6 +65,10 @@ type benchConfig struct {
 	strategies *regexp.Regexp
 	// pluginNodes is the size of the cluster the kubectl plugin lists.
 	pluginNodes int
+	// agentsFleets are how many nodes boot together in the agents scenario, each size in turn,
+	// with daemonSets node agents.
+	agentsFleets []int
+	daemonSets   int
 }
 
 // selected returns the cases whose strategy's name matches --strategies.
@@ -100,17 +104,20 @@ func main() {
 	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
 	flag.IntVar(&c.reboots, "reboots", 10, "reboots per case (strategy, volume kind and kind of shutdown) in the reboot scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
+	agentsFleets := flag.String("agents-nodes", "10,100", "nodes booting together in the agents scenario, each size in turn")
+	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the agents scenario")
 	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin",
-		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md; all by default")
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,agents",
+		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
+			"plugin writes plugin.md, agents writes agents.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "agents":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, agents\n", s)
 			os.Exit(2)
 		}
 	}
@@ -120,6 +127,11 @@ func main() {
 	}
 	c.sizes = positives("--sizes", sizes)
 	c.workloadFleets = positives("--workload-nodes", *fleets)
+	c.agentsFleets = positives("--agents-nodes", *agentsFleets)
+	if c.daemonSets < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --daemonsets: must be positive")
+		os.Exit(2)
+	}
 	if c.workloadTrials < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --workload-trials: must be positive")
 		os.Exit(2)
@@ -225,6 +237,19 @@ func run(c benchConfig) error {
 		md := rebootMarkdown(w, machine(), time.Since(rstart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "reboot.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["agents"] {
+		logf("every node agent: %d DaemonSets, %v nodes booting at once", c.daemonSets, c.agentsFleets)
+		astart := time.Now()
+		rs, err := measureAgents(ctx, e, c.agentsFleets, c.daemonSets)
+		if err != nil {
+			return fmt.Errorf("every node agent: %w", err)
+		}
+		md := agentsMarkdown(rs, c.daemonSets, machine(), time.Since(astart))
+		fmt.Println(md)
+		if err := os.WriteFile(filepath.Join(c.out, "agents.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,10 @@ type strategy struct {
 	// noBootID leaves the Node's boot ID empty across a reboot, so the agent cannot tell one, as
 	// before it recorded boots; every other case's kubelet reports one (workload.StampBootID).
 	noBootID bool
+	// nodeAgents runs the agent without --csi-address, and node agents' DaemonSets on the nodes
+	// (nodeAgentSets): the driver's own among them, its socket in the plugin directory that
+	// DaemonSet mounts.
+	nodeAgents bool
 }
 
 // The strategies: no startup taint, the scheduler's own check, removal once the driver's process
@@ -54,7 +59,24 @@ var (
 	both        = strategy{name: "default and `preventPodSchedulingIfMissing: true`", agentArgs: []string{}, preventScheduling: true}
 	continuous  = strategy{name: "continuous mode (`--retaint-after=" + retaintAfter.String() + "`) and `preventPodSchedulingIfMissing: true`",
 		agentArgs: []string{"--taint=" + startupTaint.Key, "--retaint-after=" + retaintAfter.String()}, preventScheduling: true}
+	everyAgent = strategy{name: "every node agent, no configuration (`--node-agents=all`)", nodeAgents: true,
+		agentArgs: []string{"--node-agents=all", "--taint=" + startupTaint.Key}}
+	// podReadiness decides on the node agents' pods' readiness alone, as a central controller
+	// such as vigil does: the agent without kubelet's plugins registry.
+	podReadiness = strategy{name: "every node agent's pod Ready, as a central controller decides (vigil)", nodeAgents: true,
+		agentArgs: []string{"--node-agents=all", "--taint=" + startupTaint.Key, "--plugins-registry="}}
 )
+
+// nodeAgentsNamespace holds the node agents' DaemonSets of the nodeAgents cases.
+const nodeAgentsNamespace = "bench-node-agents"
+
+// nodeAgentSets are the node agents of the nodeAgents cases, each tolerating the startup taint:
+// a CNI-like agent, the driver's node plugin with its registrar, and a log shipper.
+func nodeAgentSets() []*appsv1.DaemonSet {
+	return []*appsv1.DaemonSet{workload.Agent(nodeAgentsNamespace, "cni", &startupTaint, false),
+		workload.CSIAgent(nodeAgentsNamespace, "csi", driverName, &startupTaint),
+		workload.Agent(nodeAgentsNamespace, "logs", &startupTaint, false, "/var/log")}
+}
 
 // fault is what a node's driver does.
 type fault int
@@ -99,6 +121,7 @@ type workloadCase struct {
 // too, the only kind it covers; each fault runs the scheduler's check and the agent on both kinds.
 var workloadCases = []workloadCase{
 	{strategy: noTaint}, {strategy: upstream}, {strategy: answers}, {strategy: defaults}, {strategy: allocatable},
+	{strategy: everyAgent}, {strategy: podReadiness},
 	{strategy: noTaint, claims: true}, {strategy: upstream, claims: true}, {strategy: defaults, claims: true}, {strategy: both, claims: true},
 
 	{strategy: upstream, fault: notReadyAfterRegistration}, {strategy: defaults, fault: notReadyAfterRegistration},
@@ -224,7 +247,7 @@ func measureWorkload(ctx context.Context, e *env, binary string, cases []workloa
 		return nil, err
 	}
 	defer func() { _ = cpLog.Close() }()
-	cp, err := workload.StartControlPlane(admin, cpLog)
+	cp, err := workload.StartControlPlane(admin, cpLog, "daemonset-controller")
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +258,9 @@ func measureWorkload(ctx context.Context, e *env, binary string, cases []workloa
 	for _, together := range fleets {
 		for ci, c := range cases {
 			if err := setCSIDriver(ctx, e, c.preventScheduling); err != nil {
+				return nil, err
+			}
+			if err := setNodeAgents(ctx, e, c.nodeAgents); err != nil {
 				return nil, err
 			}
 			res := caseResult{workloadCase: c, together: together}
@@ -270,6 +296,29 @@ func setCSIDriver(ctx context.Context, e *env, preventScheduling bool) error {
 		return err
 	}
 	return e.c.Create(ctx, d)
+}
+
+// setNodeAgents creates the node agents' DaemonSets (nodeAgentSets), or deletes them and their
+// pods.
+func setNodeAgents(ctx context.Context, e *env, on bool) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeAgentsNamespace}}
+	if err := client.IgnoreAlreadyExists(e.c.Create(ctx, ns)); err != nil {
+		return err
+	}
+	for _, ds := range nodeAgentSets() {
+		if on {
+			if err := client.IgnoreAlreadyExists(e.c.Create(ctx, ds)); err != nil {
+				return err
+			}
+		} else if err := client.IgnoreNotFound(e.c.Delete(ctx, ds)); err != nil {
+			return err
+		}
+	}
+	if on {
+		return nil
+	}
+	// No garbage collector runs: the pods go with their DaemonSets by hand.
+	return e.c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(nodeAgentsNamespace), client.GracePeriodSeconds(0))
 }
 
 // add records a round's nodes.
@@ -390,7 +439,15 @@ func bootNode(ctx context.Context, e *env, binary, kubeconfig string, c workload
 	if c.fault == notReadyAfterRegistration {
 		readiness = fakecsi.NotReady
 	}
-	if n.driver, err = fakecsi.Start(filepath.Join(e.work, n.name+".sock"), driverName, readiness); err != nil {
+	socket := filepath.Join(e.work, n.name+".sock")
+	if c.nodeAgents {
+		// Where the driver's DaemonSet mounts its plugin directory, under kubelet's root.
+		socket = workload.DriverSocket(n.kubelet.RootDir, driverName)
+		if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+			return err
+		}
+	}
+	if n.driver, err = fakecsi.Start(socket, driverName, readiness); err != nil {
 		return err
 	}
 	// An attach limit, as the EBS driver publishes: the scheduler requeues a pod its own check
@@ -452,9 +509,12 @@ func startNodeAgent(ctx context.Context, binary string, c workloadCase, n *workl
 	if c.agentArgs == nil {
 		return nil
 	}
-	n.agent = exec.CommandContext(ctx, binary, append([]string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
-		"--csi-address=" + n.driver.Path(), "--plugins-registry=" + n.kubelet.PluginsRegistry(), "--metrics-bind-address=0",
-		"--health-probe-bind-address=0"}, c.agentArgs...)...)
+	args := []string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
+		"--plugins-registry=" + n.kubelet.PluginsRegistry(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}
+	if !c.nodeAgents {
+		args = append(args, "--csi-address="+n.driver.Path())
+	}
+	n.agent = exec.CommandContext(ctx, binary, append(args, c.agentArgs...)...)
 	n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
 	n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
 	if err := n.agent.Start(); err != nil {
