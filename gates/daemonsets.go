@@ -254,29 +254,51 @@ func (g *NodeAgentsGate) counts(ds *appsv1.DaemonSet, node *corev1.Node) bool {
 		return false
 	}
 	pod := daemonPod(ds, node.Name)
-	if !g.tolerated(pod.Spec.Tolerations) {
+	if !g.tolerated(pod.Spec.Tolerations, node) {
 		// It cannot start before the taints go, so it cannot be what they wait for.
 		return false
 	}
 	return shouldRun(pod, node, g.withoutStartup(node.Spec.Taints))
 }
 
-// tolerated reports whether tolerations tolerate each startup taint, with each effect that
-// keeps a pod off the node where the taint leaves it open.
-func (g *NodeAgentsGate) tolerated(tolerations []corev1.Toleration) bool {
-	for _, t := range g.startup {
-		effects := []corev1.TaintEffect{t.Effect}
-		if t.Effect == "" {
-			effects = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute}
+// tolerated reports whether tolerations tolerate the startup taints: each one on node as it is
+// there; one that is not there (it went, or has not come yet) with its configured effect, or with
+// either effect that keeps a pod off when none is configured.
+func (g *NodeAgentsGate) tolerated(tolerations []corev1.Toleration, node *corev1.Node) bool {
+	tolerates := func(t corev1.Taint) bool {
+		return corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, &t, true)
+	}
+	for _, spec := range g.startup {
+		var on []corev1.Taint
+		for _, t := range node.Spec.Taints {
+			if matchesStartup(spec, t) {
+				on = append(on, t)
+			}
 		}
-		for _, e := range effects {
-			taint := corev1.Taint{Key: t.Key, Value: t.Value, Effect: e}
-			if !corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, &taint, true) {
+		switch {
+		case len(on) > 0:
+			if slices.ContainsFunc(on, func(t corev1.Taint) bool { return !tolerates(t) }) {
+				return false
+			}
+		case spec.Effect != "":
+			if !tolerates(spec) {
+				return false
+			}
+		default:
+			noSchedule, noExecute := spec, spec
+			noSchedule.Effect, noExecute.Effect = corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute
+			if !tolerates(noSchedule) && !tolerates(noExecute) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// matchesStartup reports whether taint t is the startup taint spec: its key, and its effect
+// where spec has one.
+func matchesStartup(spec, t corev1.Taint) bool {
+	return spec.Key == t.Key && (spec.Effect == "" || spec.Effect == t.Effect)
 }
 
 // bootTaints are the taints a booting node carries until it is initialized and Ready, which go by
@@ -289,8 +311,7 @@ var bootTaints = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable,
 // withoutStartup returns taints without the startup taints and the taints of a booting node.
 func (g *NodeAgentsGate) withoutStartup(taints []corev1.Taint) []corev1.Taint {
 	return slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool {
-		return slices.Contains(bootTaints, t.Key) ||
-			slices.ContainsFunc(g.startup, func(s corev1.Taint) bool { return s.Key == t.Key && (s.Effect == "" || s.Effect == t.Effect) })
+		return slices.Contains(bootTaints, t.Key) || slices.ContainsFunc(g.startup, func(s corev1.Taint) bool { return matchesStartup(s, t) })
 	})
 }
 

@@ -62,6 +62,8 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 	notReady := node.DeepCopy()
 	notReady.Spec.Taints = append(notReady.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
 		corev1.Taint{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule})
+	released := node.DeepCopy()
+	released.Spec.Taints = released.Spec.Taints[1:]
 	withoutToleration := func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Tolerations = nil }
 	selecting := func(k, v string) func(*appsv1.DaemonSet) {
 		return func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector = map[string]string{k: v} }
@@ -87,6 +89,8 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 		node    *corev1.Node
 		choose  NodeAgents
 		self    string // the agent's own pod's DaemonSet
+		// anyEffect configures the startup taint without an effect, as --taint=KEY does.
+		anyEffect bool
 		objects []client.Object
 		want    string // reason class; "" passes
 		names   []string
@@ -105,6 +109,15 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			objects: []client.Object{daemonSet("all", withoutToleration, tolerating(corev1.Toleration{Operator: corev1.TolerationOpExists}))}},
 		{name: "tolerating another effect only", objects: []client.Object{daemonSet("other", withoutToleration,
 			tolerating(corev1.Toleration{Key: startupKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}))}},
+		{name: "configured without an effect: tolerating the effect the taint has on the node", anyEffect: true, want: ReasonNoDaemonPod,
+			objects: []client.Object{daemonSet("ns", withoutToleration,
+				tolerating(corev1.Toleration{Key: startupKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}))}},
+		{name: "configured without an effect: tolerating another effect than the node's", anyEffect: true,
+			objects: []client.Object{daemonSet("ne", withoutToleration,
+				tolerating(corev1.Toleration{Key: startupKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}))}},
+		{name: "configured without an effect, the taint gone: tolerating either effect", anyEffect: true, node: released, want: ReasonNoDaemonPod,
+			objects: []client.Object{daemonSet("ne", withoutToleration,
+				tolerating(corev1.Toleration{Key: startupKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}))}},
 		{name: "a node selector of other nodes", objects: []client.Object{daemonSet("win", selecting("kubernetes.io/os", "windows"))}},
 		{name: "a node selector of this node", objects: []client.Object{daemonSet("linux", selecting("kubernetes.io/os", "linux"))},
 			want: ReasonNoDaemonPod},
@@ -132,7 +145,11 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			if n == nil {
 				n = node
 			}
-			o := NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Choose: tc.choose,
+			configured := startup
+			if tc.anyEffect {
+				configured.Effect = ""
+			}
+			o := NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{configured}, Choose: tc.choose,
 				Clock: clocktesting.NewFakePassiveClock(time.Now())}
 			if tc.self != "" {
 				o.Self = types.NamespacedName{Namespace: "kube-system", Name: tc.self + "-x"}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -212,6 +211,10 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 		}()
 	}
 
+	statusLocks := map[string]*sync.Mutex{}
+	for _, ds := range dss {
+		statusLocks[ds.Name] = &sync.Mutex{}
+	}
 	readyAt := make([]time.Time, n)
 	var statusWrites atomic.Int64
 	errs := make(chan error, n)
@@ -220,7 +223,7 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 		boots.Add(1)
 		go func() {
 			defer boots.Done()
-			at, err := bootDaemonPods(ctx, e, dss, name, s.csiNode, &statusWrites)
+			at, err := bootDaemonPods(ctx, e, dss, name, s.csiNode, &statusWrites, statusLocks)
 			readyAt[i] = at
 			if err != nil {
 				errs <- err
@@ -280,7 +283,8 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 // bootDaemonPods plays the DaemonSet controller and kubelet for node: a pod of each DaemonSet,
 // Ready after up to 3 s, each readiness followed by its DaemonSet's status update; with csiNode,
 // the driver's CSINode entry after the last. It returns when the last of those happened.
-func bootDaemonPods(ctx context.Context, e *env, dss []*appsv1.DaemonSet, node string, csiNode bool, statusWrites *atomic.Int64) (time.Time, error) {
+func bootDaemonPods(ctx context.Context, e *env, dss []*appsv1.DaemonSet, node string, csiNode bool, statusWrites *atomic.Int64,
+	statusLocks map[string]*sync.Mutex) (time.Time, error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(dss))
 	for _, ds := range dss {
@@ -304,8 +308,11 @@ func bootDaemonPods(ctx context.Context, e *env, dss []*appsv1.DaemonSet, node s
 				return
 			}
 			// The DaemonSet controller writes the status of the DaemonSet as its pods turn Ready.
-			// A hundred nodes' pods turn Ready at once: conflicts are many, as for the controller.
-			err := retry.RetryOnConflict(wait.Backoff{Steps: 200, Duration: 5 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: time.Second}, func() error {
+			// One DaemonSet's status at a time, as the controller syncs one key at a time.
+			mu := statusLocks[ds.Name]
+			mu.Lock()
+			defer mu.Unlock()
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cur := &appsv1.DaemonSet{}
 				if err := e.c.Get(ctx, client.ObjectKeyFromObject(ds), cur); err != nil {
 					return err
