@@ -729,7 +729,7 @@ func workloadMarkdown(results []caseResult, machine string, elapsed time.Duratio
 	p("Machine: %s. Whole run: %s (`make bench`). Each node is a hollow kubelet v1.37.2 (kubelet's real CSI volume", machine,
 		elapsed.Round(time.Second))
 	p("path, with a fake mounter), placed on by the real kube-scheduler and kube-controller-manager (node lifecycle, taint")
-	p("eviction, the PersistentVolume binder), against an envtest API server on the same machine. %d pods per node wait", podsPerNode)
+	p("eviction, the PersistentVolume binder, and the DaemonSet controller for the node agents' DaemonSets), against an envtest API server on the same machine. %d pods per node wait", podsPerNode)
 	p("before the node joins, each with a `nodeSelector` for it and a volume of the driver: a CSI inline volume, or a")
 	p("PVC-backed one (a static CSI PersistentVolume bound to its claim). The driver publishes an attach limit, as the EBS")
 	p("driver does. A node's run ends when kubelet has published every pod's volume through the driver (`NodePublishVolume`).")
