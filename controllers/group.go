@@ -226,7 +226,8 @@ func (g *group) checkGates(ctx context.Context, reader, lister client.Reader, no
 	var first *gateError
 	for i := range g.checks {
 		c := &g.checks[i]
-		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, gates.Input{Node: node, Reader: reader, Lister: lister})))
+		in := gates.Input{Node: node, Reader: reader, Lister: lister}
+		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, in)))
 		since = maxTime(since, g.passing.observe(i, gerr, now))
 		if first == nil {
 			first = gerr

@@ -148,7 +148,8 @@ func (g *NodeAgentsGate) RESTMapping() (schema.GroupVersionKind, meta.RESTScope)
 // NodeChanged implements NodeReader: which DaemonSets should run here follows the Node's labels
 // and taints.
 func (g *NodeAgentsGate) NodeChanged(oldNode, newNode *corev1.Node) bool {
-	return !equality.Semantic.DeepEqual(oldNode.Labels, newNode.Labels) || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
+	return !equality.Semantic.DeepEqual(oldNode.Labels, newNode.Labels) ||
+		!equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
 }
 
 // Recheck implements Rechecked: while it waits, the list of DaemonSets is read again.
@@ -364,7 +365,8 @@ func shouldRun(pod *corev1.Pod, node *corev1.Node, taints []corev1.Taint) bool {
 
 // daemonSets returns the DaemonSets that may count, listed again when the last list is older
 // than maxAge (relistAfter when zero) or some pod here belongs to a DaemonSet it lacks.
-func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, pods []corev1.Pod, maxAge time.Duration) ([]appsv1.DaemonSet, error) {
+func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, pods []corev1.Pod,
+	maxAge time.Duration) ([]appsv1.DaemonSet, error) {
 	if maxAge == 0 {
 		maxAge = relistAfter
 	}

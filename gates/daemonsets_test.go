@@ -85,15 +85,15 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 	}
 	cni := daemonSet("cni")
 	for _, tc := range []struct {
-		name    string
-		node    *corev1.Node
-		choose  NodeAgents
-		self    string // the agent's own pod's DaemonSet
+		name   string
+		node   *corev1.Node
+		choose NodeAgents
+		self   string // the agent's own pod's DaemonSet
 		// anyEffect configures the startup taint without an effect, as --taint=KEY does.
 		anyEffect bool
-		objects []client.Object
-		want    string // reason class; "" passes
-		names   []string
+		objects   []client.Object
+		want      string // reason class; "" passes
+		names     []string
 	}{
 		{name: "no DaemonSets", want: ""},
 		{name: "a node agent the DaemonSet controller has not made a pod of here yet", objects: []client.Object{cni},

@@ -84,7 +84,9 @@ func (daemonSetWatch) Name() string { return "daemonset-watch" }
 func (daemonSetWatch) Check(context.Context, gates.Input) error { return nil }
 
 // CacheEntry implements gates.Cached: every DaemonSet.
-func (daemonSetWatch) CacheEntry() (client.Object, cache.ByObject) { return &appsv1.DaemonSet{}, cache.ByObject{} }
+func (daemonSetWatch) CacheEntry() (client.Object, cache.ByObject) {
+	return &appsv1.DaemonSet{}, cache.ByObject{}
+}
 
 // Watches implements gates.Cached: every DaemonSet's event reconciles.
 func (daemonSetWatch) Watches(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {

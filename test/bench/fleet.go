@@ -64,15 +64,15 @@ func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
 // collection reports whether path names a collection (/api/v1/nodes, /apis/apps/v1/daemonsets,
 // /api/v1/namespaces/NS/pods) rather than one object: an odd number of segments after the version.
 func collection(path string) bool {
-	rest, ok := strings.CutPrefix(path, "/api/v1/")
+	tail, ok := strings.CutPrefix(path, "/api/v1/")
 	if !ok {
 		parts := strings.SplitN(strings.TrimPrefix(path, "/apis/"), "/", 3)
 		if len(parts) < 3 {
 			return false
 		}
-		rest = parts[2]
+		tail = parts[2]
 	}
-	return len(strings.Split(strings.Trim(rest, "/"), "/"))%2 == 1
+	return len(strings.Split(strings.Trim(tail, "/"), "/"))%2 == 1
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
