@@ -138,7 +138,7 @@ var gateKinds = []gateKind{
 				"A gate that passes once every node agent that should run on this node is ready, with no setting per agent: "+
 					"all counts every DaemonSet that the DaemonSet controller runs here and that tolerates the startup taints "+
 					"(but the agent's own and those labelled "+gates.NodeAgentLabel+"=false), labelled only those labelled =true. "+
-					"Each one's pod here must be Ready; one that mounts kubelet's plugins registry must serve a plugin there "+
+					"Each one's pod here must be Ready; one that mounts kubelet's plugins registry read-write must serve a plugin there "+
 					"that kubelet has registered (CSINode, allocatable). Needs to list DaemonSets and this node's pods.")
 		},
 		build: func(o *options, g groupOptions, add func(string, gates.Gate)) {

@@ -69,7 +69,7 @@ const (
 // name, node selector and required node affinity, and the Node's taints other than the startup
 // taints, with the tolerations the controller adds to every daemon pod), and that tolerates the
 // startup taints, so that it can start before they go, has a Ready pod on this node; and each such
-// pod that mounts kubelet's plugins registry has a registration server there that serves a
+// pod that mounts kubelet's plugins registry read-write has a registration server there that serves a
 // plugin whose endpoint is in one of its host paths. Whether kubelet has registered those plugins
 // is the PluginsGate's.
 //
@@ -237,7 +237,7 @@ func (g *NodeAgentsGate) check(ctx context.Context, node *corev1.Node, daemons [
 var waitingFor = map[string]string{
 	ReasonNoDaemonPod:         "DaemonSets without a pod on this node yet",
 	ReasonDaemonPodNotReady:   "DaemonSets whose pod on this node is not Ready",
-	ReasonRegistrarNotServing: "DaemonSets whose pod mounts kubelet's plugins registry and serves no plugin there yet",
+	ReasonRegistrarNotServing: "DaemonSets whose pod mounts kubelet's plugins registry read-write and serves no plugin there yet",
 }
 
 // counts reports whether ds is a node agent this node waits for.
@@ -450,8 +450,9 @@ func podOf(ds *appsv1.DaemonSet, pods []corev1.Pod) *corev1.Pod {
 	return found
 }
 
-// mountsRegistry reports whether pod mounts kubelet's plugins registry from the host: it
-// registers a plugin with kubelet, as node-driver-registrar does.
+// mountsRegistry reports whether pod mounts kubelet's plugins registry from the host so that it
+// can write there: it registers a plugin with kubelet, as node-driver-registrar does, which must
+// create its socket. A read-only mount only reads the registry (this agent's own installs do).
 func mountsRegistry(pod *corev1.Pod) bool {
 	_, ok := registryMount(pod)
 	return ok
@@ -461,11 +462,18 @@ func mountsRegistry(pod *corev1.Pod) bool {
 // the plugins registry it mounts.
 func registryMount(pod *corev1.Pod) (string, bool) {
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil && filepath.Base(filepath.Clean(v.HostPath.Path)) == registryDirName {
+		if v.HostPath != nil && filepath.Base(filepath.Clean(v.HostPath.Path)) == registryDirName && writes(pod, v.Name) {
 			return filepath.Dir(filepath.Clean(v.HostPath.Path)), true
 		}
 	}
 	return "", false
+}
+
+// writes reports whether a container of pod mounts the volume named volume read-write.
+func writes(pod *corev1.Pod, volume string) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume && !m.ReadOnly })
+	})
 }
 
 // owns reports whether plugin p is pod's: of the pods among pods that mount kubelet's plugins

@@ -230,21 +230,27 @@ func TestTheNodeAgentsGateWaitsForTheRegistrarOfAPodThatRegistersWithKubelet(t *
 	}
 	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
-	csiDriver := func(name, driver string) *appsv1.DaemonSet {
+	csiDriver := func(name, driver string, readOnly bool) *appsv1.DaemonSet {
 		return daemonSet(name, func(ds *appsv1.DaemonSet) {
 			ds.Spec.Template.Spec.Volumes = []corev1.Volume{hostPath("registration-dir", "/var/lib/kubelet/plugins_registry/"),
 				hostPath("kubelet-dir", "/var/lib/kubelet"), hostPath("plugin-dir", "/var/lib/kubelet/plugins/"+driver+"/")}
+			ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "node", Image: "driver"}, {Name: "registrar", Image: "registrar",
+				VolumeMounts: []corev1.VolumeMount{{Name: "registration-dir", MountPath: "/registration", ReadOnly: readOnly}}}}
 		})
 	}
-	ebs, efs := csiDriver("ebs", "ebs.csi.aws.com"), csiDriver("efs", "efs.csi.aws.com")
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ebs, efs, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true)).Build()
+	ebs, efs := csiDriver("ebs", "ebs.csi.aws.com", false), csiDriver("efs", "efs.csi.aws.com", false)
+	// Another agent that reads the registry (this agent's own installs): no registrar.
+	reader := csiDriver("reader", "reader.example.com", true)
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ebs, efs, reader, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true),
+		daemonPodOn(reader, "n1", true)).Build()
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup},
 		Registry: NewPluginRegistry(registry), Clock: clocktesting.NewFakePassiveClock(time.Now())})
 	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }
 
 	err = check()
-	if Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs, kube-system/efs") {
-		t.Fatalf("before any registrar: %v", err)
+	if Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs, kube-system/efs") ||
+		strings.Contains(err.Error(), "kube-system/reader") {
+		t.Fatalf("before any registrar: %v, want EBS and EFS named, not the reader", err)
 	}
 	if err := fakecsi.LeaveStaleRegistration(registry, "ebs.csi.aws.com"); err != nil {
 		t.Fatal(err)

@@ -96,9 +96,10 @@ type brokenInstall struct {
 	policies []*admissionv1.ValidatingAdmissionPolicy
 }
 
-// applyObject creates a rendered object; a cluster-scoped one is deleted when the spec ends. The
-// namespace and what is in it stay for the next spec: envtest runs no namespace controller to
-// finish deleting them, and they judge no one.
+// applyObject creates a rendered object; a cluster-scoped one, and a DaemonSet, is deleted when the
+// spec ends. The namespace and the rest of what is in it stay for the next spec: envtest runs no
+// namespace controller to finish deleting them, and they judge no one; a DaemonSet would be run
+// by the next spec's DaemonSet controller, on its nodes.
 func applyObject(ctx SpecContext, obj *unstructured.Unstructured) {
 	GinkgoHelper()
 	Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, obj.DeepCopy()))).To(Succeed(), "create %s %s", obj.GetKind(), obj.GetName())
@@ -106,7 +107,7 @@ func applyObject(ctx SpecContext, obj *unstructured.Unstructured) {
 	// policies, so ask the API server's mapping instead.
 	namespaced, err := k8sClient.IsObjectNamespaced(obj)
 	Expect(err).NotTo(HaveOccurred())
-	if !namespaced && obj.GetKind() != "Namespace" {
+	if (!namespaced && obj.GetKind() != "Namespace") || obj.GetKind() == "DaemonSet" {
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, obj.DeepCopy()))).To(Succeed())
 		})
