@@ -115,9 +115,22 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 	if _, err := Template(chartDir, "str", "kube-system", nil, group); err != nil {
 		t.Fatalf("a group alone: %v", err)
 	}
-	_, err := Template(chartDir, "str", "kube-system", nil, append(group, "readyURL=http://127.0.0.1/"))
-	if err == nil || !strings.Contains(err.Error(), "set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions, requirePods and conditionType in each group") {
-		t.Fatalf("a gate beside groups: err = %v", err)
+	for _, beside := range []string{"readyURL=http://127.0.0.1/", "nodeAgents=all"} {
+		_, err := Template(chartDir, "str", "kube-system", nil, append(group, beside))
+		if err == nil || !strings.Contains(err.Error(),
+			"set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions, requirePods, nodeAgents and conditionType in each group") {
+			t.Fatalf("%s beside groups: err = %v", beside, err)
+		}
+	}
+	// A group's nodeAgents gets the grant and kubelet's plugins registry, as the top-level one does.
+	out, err := Template(chartDir, "str", "kube-system", nil, append(group, "groups[0].nodeAgents=labelled"))
+	if err != nil {
+		t.Fatalf("a group with nodeAgents: %v", err)
+	}
+	for _, want := range []string{"node-agents: labelled", "name: str-startup-taint-remover-node-agents", "mountPath: /var/lib/kubelet/plugins_registry"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a group with nodeAgents renders no %q", want)
+		}
 	}
 }
 
