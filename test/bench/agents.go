@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
@@ -184,15 +182,8 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 		if s.group == nil {
 			break
 		}
-		cfg := rest.CopyConfig(e.cfg)
-		cfg.QPS, cfg.Burst = 0, 0
-		cfg.WrapTransport = cnt.wrap
-		r := &controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{s.group(name, socket)}}
-		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
+		mgr, err := inProcessAgent(e, cnt, name, s.group(name, socket))
 		if err != nil {
-			return res, err
-		}
-		if err := r.SetupWithManager(mgr); err != nil {
 			return res, err
 		}
 		mgrs = append(mgrs, mgr)
@@ -203,15 +194,7 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 	}
 	start := time.Now()
 	var failed atomic.Int64
-	for _, mgr := range mgrs {
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			if err := mgr.Start(runCtx); err != nil {
-				failed.Add(1)
-			}
-		}()
-	}
+	startAll(runCtx, mgrs, &running, &failed)
 
 	statusLocks := map[string]*sync.Mutex{}
 	for _, ds := range dss {

@@ -75,6 +75,33 @@ func collection(path string) bool {
 	return len(strings.Split(strings.Trim(tail, "/"), "/"))%2 == 1
 }
 
+// inProcessAgent builds node's agent with group in this process, with the binary's own manager
+// options and a client of its own, with its own connections, as a pod would; cnt counts its
+// requests.
+func inProcessAgent(e *env, cnt *counter, node string, group controllers.Group) (ctrl.Manager, error) {
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.QPS, cfg.Burst = 0, 0
+	cfg.WrapTransport = cnt.wrap
+	r := &controllers.NodeReconciler{NodeName: node, Groups: []controllers.Group{group}}
+	mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
+	if err != nil {
+		return nil, err
+	}
+	return mgr, r.SetupWithManager(mgr)
+}
+
+// startAll starts mgrs at once, until ctx ends; running waits for them, and failed counts those
+// that failed.
+func startAll(ctx context.Context, mgrs []ctrl.Manager, running *sync.WaitGroup, failed *atomic.Int64) {
+	for _, mgr := range mgrs {
+		running.Go(func() {
+			if err := mgr.Start(ctx); err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+}
+
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
@@ -165,35 +192,19 @@ func fleetRun(ctx context.Context, e *env, names []string, socket string) (fleet
 	mgrs := make([]ctrl.Manager, 0, len(names))
 	for _, name := range names {
 		// Each agent has a client of its own, with its own connections, as a pod would.
-		cfg := rest.CopyConfig(e.cfg)
-		cfg.QPS, cfg.Burst = 0, 0
-		cfg.WrapTransport = cnt.wrap
 		gate, err := gates.NewCSIGate(socket, 3*time.Second)
 		if err != nil {
 			return res, err
 		}
 		defer func() { _ = gate.Close() }()
-		r := &controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{controllers.CSIDriverGroup(name, gate)}}
-		// The binary's own manager options, as an agent inside this process.
-		mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
+		mgr, err := inProcessAgent(e, cnt, name, controllers.CSIDriverGroup(name, gate))
 		if err != nil {
-			return res, err
-		}
-		if err := r.SetupWithManager(mgr); err != nil {
 			return res, err
 		}
 		mgrs = append(mgrs, mgr)
 	}
 	start := time.Now()
-	for _, mgr := range mgrs {
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			if err := mgr.Start(fleetCtx); err != nil {
-				failed.Add(1)
-			}
-		}()
-	}
+	startAll(fleetCtx, mgrs, &running, &failed)
 
 	// Poll rather than watch: a watch on a thousand Nodes changing at once can be closed by the
 	// API server, and a quarter-second's resolution is plenty against a 30-second target.
