@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -44,15 +43,7 @@ type agentsNode struct {
 // kubelet yet), and the agent with --node-agents=all and no other gate, and extra.
 func startAgentsNode(ctx context.Context, node string, pods int, extra ...string) *agentsNode {
 	GinkgoHelper()
-	deleteNodeAfterSpec(node)
-	for i := range pods {
-		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
-	}
-	failures := workload.NewMountFailures()
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
-		RegisterWithTaints: []corev1.Taint{agentsTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(kubelet.Stop)
+	kubelet, failures := joinWithPods(ctx, node, pods, agentsTaint)
 	socket := workload.DriverSocket(kubelet.RootDir, driverName)
 	Expect(os.MkdirAll(filepath.Dir(socket), 0o755)).To(Succeed())
 	driver, err := fakecsi.Start(socket, driverName, fakecsi.Ready)

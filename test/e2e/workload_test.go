@@ -56,21 +56,30 @@ type workloadNode struct {
 // and the agent with agentArgs. The driver is not registered with kubelet yet.
 func startWorkloadNode(ctx context.Context, node string, pods int, readiness fakecsi.Readiness, agentArgs ...string) *workloadNode {
 	GinkgoHelper()
-	deleteNodeAfterSpec(node)
-	for i := range pods {
-		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
-	}
-	failures := workload.NewMountFailures()
-	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
-		RegisterWithTaints: []corev1.Taint{startupTaint}, Log: io.MultiWriter(GinkgoWriter, failures)})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(kubelet.Stop)
+	kubelet, failures := joinWithPods(ctx, node, pods, startupTaint)
 	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, readiness)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
 	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, agentArgs...)...)
 	return &workloadNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
+}
+
+// joinWithPods creates pods pods that need the driver and may only run on node, then starts
+// node's kubelet, which registers it with taint; failures counts the mounts kubelet fails. The
+// Node goes when the spec ends.
+func joinWithPods(ctx context.Context, node string, pods int, taint corev1.Taint) (*hollowkubelet.Kubelet, *workload.MountFailures) {
+	GinkgoHelper()
+	deleteNodeAfterSpec(node)
+	for i := range pods {
+		workloadPod(ctx, node, fmt.Sprintf("%s-%d", node, i))
+	}
+	failures := workload.NewMountFailures()
+	kubelet, err := hollowkubelet.Start(hollowkubelet.Options{Kubeconfig: kubeconfig, Node: node,
+		RegisterWithTaints: []corev1.Taint{taint}, Log: io.MultiWriter(GinkgoWriter, failures)})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(kubelet.Stop)
+	return kubelet, failures
 }
 
 // runWorkload starts a node with three pods that need its driver (startWorkloadNode), registers
