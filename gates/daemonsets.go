@@ -167,23 +167,24 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 	if err != nil {
 		return err
 	}
-	err = g.check(ctx, in.Node, daemons, pods)
+	// The registry is read at most once per check, and only if a pod here registers a plugin.
+	serving := sync.OnceValues(func() ([]Plugin, error) { return g.registry.Serving(ctx) })
+	err = g.check(in.Node, daemons, pods, serving)
 	if err == nil && g.listAge() > confirmAfter {
 		// About to pass: on a list of now, so that a DaemonSet added since counts.
 		if daemons, err = g.daemonSets(ctx, in.Lister, pods, confirmAfter); err != nil {
 			return err
 		}
-		err = g.check(ctx, in.Node, daemons, pods)
+		err = g.check(in.Node, daemons, pods, serving)
 	}
 	return err
 }
 
 // check returns why the node agents among daemons are not all ready on node, naming the
 // DaemonSets that hold it by reason, or nil.
-func (g *NodeAgentsGate) check(ctx context.Context, node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod) error {
+func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
+	serving func() ([]Plugin, error)) error {
 	own := g.ownDaemonSet(pods)
-	var plugins []Plugin
-	read := false
 	waiting := map[string][]string{}
 	var reasons []string
 	for i := range daemons {
@@ -199,12 +200,9 @@ func (g *NodeAgentsGate) check(ctx context.Context, node *corev1.Node, daemons [
 		case !podReady(pod):
 			why = ReasonDaemonPodNotReady
 		case g.registry != nil && mountsRegistry(pod):
-			if !read {
-				var err error
-				if plugins, err = g.registry.Serving(ctx); err != nil {
-					return err
-				}
-				read = true
+			plugins, err := serving()
+			if err != nil {
+				return err
 			}
 			if !slices.ContainsFunc(plugins, func(p Plugin) bool { return g.owns(pod, p, pods) }) {
 				why = ReasonRegistrarNotServing

@@ -146,12 +146,12 @@ func measureAgents(ctx context.Context, e *env, sizes []int, daemonSets int) ([]
 			}
 			if s.group == nil {
 				own = r.events
-				logf("  %s, %d nodes: the API server's own watchers got %.1f watch events per node", s.name, n, sum(r.events))
+				logf("  %s, %d nodes: the API server's own watchers got %.1f watch events per node", s.name, n, total(r.events))
 				continue
 			}
 			r.events = net(r.events, own)
 			logf("  %s, %d nodes: untainted in %s; %.1f requests and %.1f watch events per node", s.name, n, r.elapsed.Round(time.Millisecond),
-				sum(r.requests), sum(r.events))
+				total(r.requests), total(r.events))
 			out = append(out, r)
 		}
 	}
@@ -382,14 +382,6 @@ func perNode(byVerb map[string]int64, n int) map[string]float64 {
 	return out
 }
 
-func sum(m map[string]float64) float64 {
-	t := 0.0
-	for _, v := range m {
-		t += v
-	}
-	return t
-}
-
 // agentsMarkdown writes the agents scenario's table.
 func agentsMarkdown(rs []agentsResult, daemonSets int, machine string, elapsed time.Duration) string {
 	var b strings.Builder
@@ -429,5 +421,5 @@ func breakdown(m map[string]float64) string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
 	}
-	return fmt.Sprintf("%.1f (%s)", sum(m), strings.Join(parts, ", "))
+	return fmt.Sprintf("%.1f (%s)", total(m), strings.Join(parts, ", "))
 }

@@ -62,8 +62,9 @@ func (a *auditLog) byUser(users ...string) (map[string]map[string]int, error) {
 	return out, s.Err()
 }
 
-func total(m map[string]int) int {
-	n := 0
+// total sums counts by key: requests by verb, watch events by resource.
+func total[N int | float64](m map[string]N) N {
+	var n N
 	for _, v := range m {
 		n += v
 	}
