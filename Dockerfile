@@ -1,3 +1,6 @@
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Build the startup-taint-remover binary. `make docker-build` passes VERSION. For a multi-arch
 # image, let buildx set TARGETOS and TARGETARCH per platform (the build cross-compiles, so the
 # builder stage runs on the build host's platform):

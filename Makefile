@@ -1,3 +1,6 @@
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Image URL to use all building/pushing image targets.
 IMG ?= startup-taint-remover:latest
 # The image repository a release's install.yaml and chart point at; the tag is VERSION.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command startup-taint-remover removes a node's startup taint once the node agent on it (a CSI
 // driver, a CNI agent) is really ready, and keeps removing it if it comes back. It runs on every
 // node, in a DaemonSet or as a sidecar, and watches only its own Node.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gates holds the readiness gates that hold a node's startup taints: one interface, Gate,
 // and one file per kind of gate. What differs between kinds is declared through small optional
 // interfaces: Probed for checks of the node itself that a prober runs on an interval, Watcher for

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubectl-startup_taints is a kubectl plugin (`kubectl startup-taints`) that shows, across
 // a fleet, which Nodes hold a startup taint of any install of the startup-taint-remover, since
 // when, and which gate holds it; with --all, which are done, when, and how. It reads only what

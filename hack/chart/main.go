@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command chart lints, renders and packages the project's Helm chart with the Helm Go SDK, so
 // neither the tests nor a release need a helm binary. It is a module of its own: the Helm SDK
 // stays out of the main go.mod, which drivers that embed the controller import.

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds kube-apiserver and etcd from their Go modules into the directory layout setup-envtest
 # uses, so envtest runs on hosts that cannot download prebuilt binaries, and beside them kubemark,
 # whose hollow node runs the real kubelet code with a fake container runtime, and the scheduler and

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Runs "go test ARGS..." and, when it fails because the tests' kube-apiserver exited under them
 # (every later request is refused), runs it once more and says so. kube-apiserver can die of a
 # concurrent map access while it evaluates admission policies' CEL (kubernetes/kubernetes#135757);

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build tools
 
 // Package envtest pins the commands that make envtest builds; it is never compiled into the project.

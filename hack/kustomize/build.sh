@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Builds kustomize releases into DEST as kustomize-vX.Y.Z, each from its module file here
 # (kustomize-vX.Y.Z.mod and .sum), the named VERSIONs or, with none named, every one. A binary that
 # is already there is left alone, so each version is built once.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package csi is the agent's CSI Identity client: GetPluginInfo and Probe over a driver's Unix
 // socket, without the gRPC library.
 package csi

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics defines the controller's Prometheus metrics. Each reconciler registers its own
 // (For), by default into controller-runtime's registry, which the manager's metrics server serves. None is labelled with
 // the node's name: every pod is its own scrape target, and the target's labels say which node.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metricsauth guards the metrics endpoint as controller-runtime's
 // filters.WithAuthenticationAndAuthorization does: the bearer token must pass a TokenReview (401
 // otherwise), and its user a SubjectAccessReview for the request's verb on its path (403

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command bench measures startup-taint-remover against an envtest control plane and writes the
 // results, with a chart, to docs/bench. `make bench` runs it. It measures:
 //

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demo runs startup-taint-remover end to end on a local control plane: an envtest API
 // server with the real scheduler and node lifecycle controller, a real kubelet (kubemark's hollow
 // node) that registers its Node with a startup taint, a demo CSI driver on a Unix socket that

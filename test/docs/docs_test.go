@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs checks the documentation as a reader meets it: every relative link and anchor in
 // README.md and docs/ leads somewhere, and the runbook answers every alert the install ships.
 package docs

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e runs the real startup-taint-remover binary as a process against an envtest API
 // server, through a kubeconfig, the way a DaemonSet pod runs it.
 package e2e

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fakecsi is a real CSI driver's Identity and Node servers on a Unix socket, whose
 // readiness a test controls, and the plugin registration server through which kubelet finds it.
 // The envtest suite, the end-to-end tests and `make demo` use it in place of a CSI driver.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hollowkubelet runs kubemark's hollow node as a process: the real kubelet code with a
 // fake container runtime. It registers its Node, writes its CSINode, and registers CSI drivers
 // through its plugin watcher as a kubelet does, so the tests need not write what kubelet would.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package manifests renders the shipped kustomize configurations with the kustomize Go API,
 // applies each to an envtest API server, and checks what it grants, what its admission policy
 // denies, and that removing it never blocks anyone else.

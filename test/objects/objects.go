@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package objects reads the project's manifests as the tests apply them: a kustomization built
 // with the kustomize Go API (the release the Makefile pins), or any renderer's YAML output.
 package objects

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package release checks the build paths of a release that the build host cannot run itself: it
 // has no container engine, so the Dockerfile is checked by building exactly what it copies with
 // exactly its go build line.

@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package workload is what the tests, the benchmark and the demo need to run pods that use a CSI
 // driver on a hollow node: the scheduler and the node lifecycle controller that place them (built
 // beside the envtest binaries by hack/envtest), the pods with their inline or PVC-backed volumes,

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright 2026 The startup-taint-remover Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Writes the tools module that builds another minor's kube-apiserver and kubemark: it requires
 # k8s.io/kubernetes at that tag and replaces each staging module (k8s.io/api, ...), which
 # k8s.io/kubernetes requires as v0.0.0, with the same release's v0.<minor>.<patch>.

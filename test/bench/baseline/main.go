@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command baseline is the cluster-wide design that the benchmark compares against: the same
 // reconciler and gates, but a manager whose cache holds every Node and CSINode in the cluster, as a
 // central remover or an agent without field selectors would. It is not shipped.

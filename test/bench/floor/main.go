@@ -1,3 +1,6 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command floor is the smallest agent controller-runtime allows, the benchmark's memory floor: a
 // manager whose cache holds one Node, a reconciler that does nothing, and metrics served over
 // plain HTTP. The agent's resident memory is reported as a ratio to it. It is not shipped.
