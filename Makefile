@@ -36,6 +36,11 @@ export KUBEBUILDER_ASSETS
 KUSTOMIZE_RELEASES ?= $(HOME)/.local/share/startup-taint-remover/kustomize
 export KUSTOMIZE_RELEASES
 
+# Every go command follows its module's toolchain line (go1.26.10, whose standard library has no
+# known vulnerability the binary reaches), downloading it from the module proxy once, even where
+# the machine's Go defaults to GOTOOLCHAIN=local and would build with itself.
+export GOTOOLCHAIN = auto
+
 # Setting SHELL to bash allows bash commands to be executed by recipes.
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec

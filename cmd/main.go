@@ -16,6 +16,9 @@ import (
 	"os"
 	"time"
 
+	// The image has no CA bundle (it holds the binary alone), so an https --ready-url to a public CA
+	// verifies against Mozilla's roots compiled in; a host's own bundle, where there is one, wins.
+	_ "golang.org/x/crypto/x509roots/fallback"
 	clientfeatures "k8s.io/client-go/features"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"

@@ -2,6 +2,8 @@ module github.com/startup-taint-remover/startup-taint-remover/cmd/kubectl-startu
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	github.com/onsi/gomega v1.44.0
 	github.com/spf13/pflag v1.1.0
@@ -69,7 +71,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/mod v0.42.0 // indirect
-	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect

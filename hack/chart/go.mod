@@ -2,6 +2,8 @@ module github.com/startup-taint-remover/startup-taint-remover/hack/chart
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	helm.sh/helm/v4 v4.3.1
 	k8s.io/apimachinery v0.37.1

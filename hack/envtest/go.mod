@@ -4,6 +4,8 @@ module github.com/startup-taint-remover/startup-taint-remover/hack/envtest
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	go.etcd.io/etcd/server/v3 v3.7.0
 	k8s.io/kubernetes v1.37.2

@@ -5,3 +5,5 @@
 module github.com/startup-taint-remover/startup-taint-remover/hack/kustomize
 
 go 1.26.0
+
+toolchain go1.26.10

@@ -2,6 +2,8 @@ module github.com/startup-taint-remover/startup-taint-remover/hack/promql
 
 go 1.26.7
 
+toolchain go1.26.10
+
 require (
 	github.com/startup-taint-remover/startup-taint-remover v0.0.0
 	k8s.io/api v0.37.2

@@ -21,6 +21,8 @@ gomod=$(go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^\t"GoMo
   echo
   grep "^go " "$dir/../../go.mod"
   echo
+  grep "^toolchain " "$dir/../../go.mod"
+  echo
   echo "require k8s.io/kubernetes v$version"
   echo
   echo "replace ("
@@ -29,6 +31,9 @@ gomod=$(go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^\t"GoMo
   echo ")"
 } >go.mod
 cat >tools.go <<GO
+// Copyright $(date +%Y) The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build tools
 
 // Package tools pins the commands this minor's tests run; it is never compiled into the project.

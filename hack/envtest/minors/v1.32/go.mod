@@ -4,6 +4,8 @@ module github.com/startup-taint-remover/startup-taint-remover/hack/envtest/minor
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require k8s.io/kubernetes v1.32.13
 
 require (
