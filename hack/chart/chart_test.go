@@ -208,21 +208,31 @@ func TestRequiredPodsGrantReadsInTheirNamespacesOnly(t *testing.T) {
 }
 
 func TestPackageWritesAVersionedArchivePointingAtTheReleasedImage(t *testing.T) {
-	path, err := Package(chartDir, "v1.2.3", "registry.example.com/str", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tt := range []struct{ digest, image string }{
+		{"", `image: "registry.example.com/str:v1.2.3"`},
+		{digest, `image: "registry.example.com/str:v1.2.3@` + digest + `"`},
+	} {
+		path, err := Package(chartDir, "v1.2.3", "registry.example.com/str", tt.digest, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(path) != "startup-taint-remover-1.2.3.tgz" {
+			t.Fatalf("package written to %s", path)
+		}
+		out, err := Template(path, "str", "kube-system", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, tt.image) {
+			t.Fatalf("the packaged chart with digest %q does not run the released image, %s", tt.digest, tt.image)
+		}
 	}
-	if filepath.Base(path) != "startup-taint-remover-1.2.3.tgz" {
-		t.Fatalf("package written to %s", path)
+	if _, err := Template(chartDir, "str", "kube-system", nil, []string{"image.digest=latest"}); err == nil ||
+		!strings.Contains(err.Error(), "/image/digest") {
+		t.Fatalf("a digest that is not sha256: was taken: %v", err)
 	}
-	out, err := Template(path, "str", "kube-system", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, `image: "registry.example.com/str:v1.2.3"`) {
-		t.Fatal("the packaged chart does not run the released image")
-	}
-	if _, err := Package(chartDir, "latest", "", t.TempDir()); err == nil {
+	if _, err := Package(chartDir, "latest", "", "", t.TempDir()); err == nil {
 		t.Fatal("packaged with a version that is not semver")
 	}
 }
@@ -236,6 +246,7 @@ func TestTheCommandLine(t *testing.T) {
 		{[]string{"render", chartDir}, exitBadInput},
 		{[]string{"template", chartDir, "-nope"}, exitBadInput},
 		{[]string{"package", chartDir}, exitBadInput},
+		{[]string{"package", chartDir, "-version", "v1.2.3", "-digest", "v1.2.3"}, exitBadInput},
 		{[]string{"lint", chartDir, "-set", "taints=null"}, exitFailure},
 		{[]string{"lint", chartDir}, 0},
 	} {

@@ -7,7 +7,9 @@
 //
 //	chart lint CHART [-f VALUES]...
 //	chart template CHART -name NAME -namespace NS [-f VALUES]... [-set KEY=VALUE]...
-//	chart package CHART -version vX.Y.Z [-image REPOSITORY] -destination DIR
+//	chart template oci://HOST/PATH/NAME -chart-version X.Y.Z [-plain-http] ...
+//	chart push ARCHIVE -to oci://HOST/PATH [-plain-http]
+//	chart package CHART -version vX.Y.Z [-image REPOSITORY] [-digest sha256:...] -destination DIR
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -40,7 +43,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) < 2 {
-		_, _ = fmt.Fprintln(stderr, "chart: usage: chart lint|template|package CHART [flags]")
+		_, _ = fmt.Fprintln(stderr, "chart: usage: chart lint|template|package|push CHART [flags]")
 		return exitBadInput
 	}
 	cmd, dir := args[0], args[1]
@@ -53,7 +56,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	namespace := fs.String("namespace", "startup-taint-remover-system", "release namespace (template)")
 	version := fs.String("version", "", "the release, vX.Y.Z: the appVersion and image tag; the chart's version without the v (package)")
 	image := fs.String("image", "", "the image repository the packaged values point at (package)")
+	digest := fs.String("digest", "", "the image index digest, sha256:..., the packaged values pin (package)")
 	destination := fs.String("destination", ".", "directory to write the package to (package)")
+	chartVersion := fs.String("chart-version", "", "the version of an oci:// chart to pull (template)")
+	to := fs.String("to", "", "the OCI repository, oci://HOST/PATH, to push to (push)")
+	plainHTTP := fs.Bool("plain-http", false, "talk plain HTTP to the OCI registry, as to a test's on loopback (template, push)")
 	kubeVersion := fs.String("kube-version", KubeVersion, "the cluster's Kubernetes version, vX.Y.Z (template)")
 	if err := fs.Parse(args[2:]); err != nil {
 		_, _ = fmt.Fprintf(stderr, "chart %s: %v\n", cmd, err)
@@ -65,20 +72,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = Lint(dir, values, sets)
 	case "template":
 		var out string
-		if out, err = TemplateFor(*kubeVersion, dir, *name, *namespace, values, sets); err == nil {
+		reg := Registry{ChartVersion: *chartVersion, PlainHTTP: *plainHTTP}
+		if out, err = templateFrom(*kubeVersion, dir, reg, *name, *namespace, values, sets); err == nil {
 			_, err = io.WriteString(stdout, out)
+		}
+	case "push":
+		if !strings.HasPrefix(*to, "oci://") {
+			_, _ = fmt.Fprintf(stderr, "chart push: -to: %q is not oci://HOST/PATH\n", *to)
+			return exitBadInput
+		}
+		var digest string
+		if digest, err = Push(dir, *to, *plainHTTP); err == nil {
+			_, err = fmt.Fprintln(stdout, digest)
 		}
 	case "package":
 		if *version == "" {
 			_, _ = fmt.Fprintln(stderr, "chart package: -version: empty")
 			return exitBadInput
 		}
+		if *digest != "" && !imageDigest.MatchString(*digest) {
+			_, _ = fmt.Fprintf(stderr, "chart package: -digest: %q is not sha256: and 64 hex digits\n", *digest)
+			return exitBadInput
+		}
 		var path string
-		if path, err = Package(dir, *version, *image, *destination); err == nil {
+		if path, err = Package(dir, *version, *image, *digest, *destination); err == nil {
 			_, err = fmt.Fprintln(stdout, path)
 		}
 	default:
-		_, _ = fmt.Fprintf(stderr, "chart: unknown command %q: want lint, template or package\n", cmd)
+		_, _ = fmt.Fprintf(stderr, "chart: unknown command %q: want lint, template, package or push\n", cmd)
 		return exitBadInput
 	}
 	if err != nil {
@@ -87,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// imageDigest is an image's content digest as the chart's schema takes it.
+var imageDigest = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
 // errLint is returned when lint finds errors.
 var errLint = errors.New("lint failed")
