@@ -7,7 +7,7 @@
 #   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 -t IMG --push .
 # test/release builds what this file copies with its go build line, since the build host of the
 # tests has no container engine; keep that line's flags equal to the Makefile's RELEASE_GOFLAGS.
-FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
+FROM --platform=$BUILDPLATFORM golang:1.26.10 AS builder
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
@@ -21,14 +21,15 @@ COPY controllers/ controllers/
 COPY gates/ gates/
 COPY internal/ internal/
 
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -buildvcs=false \
     -ldflags "-s -w -X github.com/startup-taint-remover/startup-taint-remover/internal/metrics.version=${VERSION}" \
     -o startup-taint-remover ./cmd
 
-# A static binary on distroless: no shell, no package manager, non-root by default.
-FROM gcr.io/distroless/static:nonroot
+# The binary alone, as make release builds the image (hack/release): no shell, no package
+# manager, no CA bundle (the binary carries Mozilla's roots), run as a numeric non-root user.
+FROM scratch
 WORKDIR /
-COPY --from=builder /workspace/startup-taint-remover .
+COPY --from=builder /workspace/startup-taint-remover /startup-taint-remover
 USER 65532:65532
 
 ENTRYPOINT ["/startup-taint-remover"]

@@ -106,6 +106,23 @@ test-kubelet-skew: envtest-minors ## Run the hollow-kubelet specs with the oldes
 	ENVTEST_EMULATED_VERSION=$(K8S_KUBELET_SKEW_SERVER) KUBEMARK="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)/kubemark" \
 		go test -count=1 ./test/e2e -args -ginkgo.focus='with the real kubelet'
 
+# The version test-release builds and tests; the release workflow sets the tag's, to compare.
+TEST_VERSION ?= v0.0.0-test
+# Where test-release builds its releases and its throwaway signing key.
+TEST_RELEASE_DIR = $(CURDIR)/bin/test-release
+# cosign stays on this machine in the tests: key-based signing and verification need no
+# transparency log, and its look-up of Sigstore's public roots fails on loopback.
+TEST_COSIGN_ENV = COSIGN_PASSWORD= TUF_ROOT="$(TEST_RELEASE_DIR)/tuf" TUF_MIRROR=http://127.0.0.1:1
+
+.PHONY: test-release
+test-release: envtest chart-tool ## Build the release twice (TEST_VERSION, signed with a throwaway key) and test what users pull: the image layout, its binaries (amd64 against a real API server), the SBOMs, the same digest twice, the chart from an OCI registry pinned by digest, the signatures.
+	rm -rf "$(TEST_RELEASE_DIR)" && mkdir -p "$(TEST_RELEASE_DIR)/key"
+	$(TEST_COSIGN_ENV) $(COSIGN) generate-key-pair --output-key-prefix "$(TEST_RELEASE_DIR)/key/cosign"
+	$(TEST_COSIGN_ENV) $(MAKE) --no-print-directory release VERSION=$(TEST_VERSION) DIST="$(TEST_RELEASE_DIR)/dist" SIGNING_KEY="$(TEST_RELEASE_DIR)/key/cosign.key"
+	$(MAKE) --no-print-directory release VERSION=$(TEST_VERSION) DIST="$(TEST_RELEASE_DIR)/again"
+	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_DIST_AGAIN="$(TEST_RELEASE_DIR)/again" go test -count=1 -v ./test/release
+	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_SIGNING_KEY="$(TEST_RELEASE_DIR)/key/cosign.key" go -C hack/release test -count=1 -v ./...
+
 FUZZTIME ?= 1m
 .PHONY: fuzz
 fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make test runs their seed corpus).
@@ -117,10 +134,11 @@ docs: ## Write the flag reference, docs/flags.md, from the binary's own flag set
 	UPDATE_DOCS=1 go test ./cmd -run '^TestTheFlagReferenceIsCurrent$$' -count=1
 
 .PHONY: lint
-lint: golangci-lint helm-lint ## Run golangci-lint on the four Go modules, and lint the Helm chart.
+lint: golangci-lint helm-lint ## Run golangci-lint on the five Go modules with code, and lint the Helm chart.
 	"$(GOLANGCI_LINT)" run
 	cd hack/chart && "$(GOLANGCI_LINT)" run
 	cd hack/promql && "$(GOLANGCI_LINT)" run
+	cd hack/release && "$(GOLANGCI_LINT)" run
 	cd $(PLUGIN_DIR) && "$(GOLANGCI_LINT)" run
 
 .PHONY: helm-lint
@@ -143,6 +161,20 @@ bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start
 .PHONY: demo
 demo: envtest binary ## Run the binary against a local control plane, a hollow kubelet, a demo CSI driver and a pod that needs it.
 	go run ./test/demo --binary=bin/startup-taint-remover
+
+##@ Security
+
+# The Go vulnerability database, built from the golang.org/x/vulndb module hack/vuln pins, once per
+# version of it.
+VULNDB ?= $(HOME)/.cache/startup-taint-remover/vulndb-$(shell sed -n 's/^\tgolang.org\/x\/vulndb \(v[^ ]*\).*/\1/p' hack/vuln/go.mod)
+# A release whose binaries make vuln scans; empty, it builds one into bin/vuln.
+VULN_DIST ?=
+
+.PHONY: vuln
+vuln: kustomize chart-tool ## Scan every Go module's source and each release binary with govulncheck against the vulnerability database pinned in hack/vuln; fail on any vulnerability the code reaches.
+	@dist="$(VULN_DIST)"; if [[ -z "$$dist" ]]; then dist=bin/vuln; \
+		$(MAKE) --no-print-directory release VERSION=v0.0.0-vuln DIST=$$dist >/dev/null; fi; \
+	hack/vuln/scan.sh "$(VULNDB)" "$$dist"/startup-taint-remover-linux-{amd64,arm64} "$$dist"/kubectl-startup_taints-*.tar.gz
 
 ##@ Build
 
@@ -168,33 +200,55 @@ run: fmt vet ## Run the controller from your host against the cluster in KUBECON
 PLUGIN_PLATFORMS = linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 # The flags of every release and image build; the Dockerfile's go build line uses the same, and
-# test/e2e runs that line to check it.
-RELEASE_GOFLAGS = -trimpath -ldflags "-s -w $(LDFLAGS)"
+# test/release runs that line to check it. -buildvcs=false: the Dockerfile builds without .git, and
+# a release's bytes must not depend on the work tree's state.
+RELEASE_GOFLAGS = -trimpath -buildvcs=false -ldflags "-s -w $(LDFLAGS)"
+# Where make release writes; test-release writes elsewhere.
+DIST ?= dist
+# The repository, the image's source label.
+SOURCE_URL ?= https://github.com/startup-taint-remover/startup-taint-remover
+# Every time in a release is the commit's, so two builds of one commit are the same bytes.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+# A cosign private key that signs checksums.txt (COSIGN_PASSWORD unlocks it). The release
+# workflow leaves it empty and signs keyless instead.
+SIGNING_KEY ?=
+# cosign, pinned in hack/release's go.mod; go tool builds it once into the build cache.
+COSIGN = go -C $(CURDIR)/hack/release tool cosign
 
 .PHONY: release
-release: kustomize chart-tool ## Write dist/ for VERSION=vX.Y.Z: install.yaml, the packaged chart, static linux binaries, the kubectl plugin and its krew manifest, checksums.
+release: kustomize chart-tool ## Write DIST (dist/) for VERSION=vX.Y.Z: the multi-arch image (an OCI layout) and its SBOMs, install.yaml and the chart pinned to it by digest, static linux binaries, the kubectl plugin and its krew manifest, checksums (signed with SIGNING_KEY).
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "VERSION: \"$(VERSION)\" is not vX.Y.Z" >&2; exit 2; }
-	rm -rf dist && mkdir -p dist && cp -r config dist/.config
-	cd dist/.config/manager && "$(KUSTOMIZE)" edit set image controller=$(IMAGE_REPO):$(VERSION)
-	"$(KUSTOMIZE)" build dist/.config/default > dist/install.yaml
-	rm -r dist/.config
-	"$(CHART_TOOL)" package charts/startup-taint-remover -version "$(VERSION)" -image "$(IMAGE_REPO)" -destination dist
+	@[[ -n "$(SOURCE_DATE_EPOCH)" ]] || { echo "SOURCE_DATE_EPOCH: empty and no commit to take it from" >&2; exit 2; }
+	@[[ -z "$(SIGNING_KEY)" || -f "$(SIGNING_KEY)" ]] || { echo "SIGNING_KEY: no file $(SIGNING_KEY)" >&2; exit 2; }
+	rm -rf "$(DIST)" && mkdir -p "$(DIST)"
 	for arch in amd64 arm64; do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build $(RELEASE_GOFLAGS) -o dist/startup-taint-remover-linux-$$arch ./cmd; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build $(RELEASE_GOFLAGS) -o "$(DIST)/startup-taint-remover-linux-$$arch" ./cmd; \
 	done
+	@# The image (one layer: the binary) and an SBOM per architecture; the chart and install.yaml
+	@# pin the image index by digest.
+	go -C hack/release run . image -dist "$(abspath $(DIST))" -version "$(VERSION)" -revision "$$(git rev-parse HEAD)" \
+		-source "$(SOURCE_URL)" -created "$(SOURCE_DATE_EPOCH)" > "$(DIST)/.digest"
+	cp -r config "$(DIST)/.config"
+	cd "$(DIST)/.config/manager" && "$(KUSTOMIZE)" edit set image controller=$(IMAGE_REPO):$(VERSION)@$$(cat "$(abspath $(DIST))/.digest")
+	"$(KUSTOMIZE)" build "$(DIST)/.config/default" > "$(DIST)/install.yaml"
+	rm -r "$(DIST)/.config"
+	"$(CHART_TOOL)" package charts/startup-taint-remover -version "$(VERSION)" -image "$(IMAGE_REPO)" -digest "$$(cat "$(DIST)/.digest")" -destination "$(DIST)"
 	@# The kubectl plugin, an archive per platform as krew installs it, and its krew manifest.
-	cp hack/krew/startup-taints.yaml dist/krew-startup-taints.yaml
-	sed -i "s/{{VERSION}}/$(VERSION)/g" dist/krew-startup-taints.yaml
+	cp hack/krew/startup-taints.yaml "$(DIST)/krew-startup-taints.yaml"
+	sed -i "s/{{VERSION}}/$(VERSION)/g" "$(DIST)/krew-startup-taints.yaml"
 	for platform in $(PLUGIN_PLATFORMS); do \
-		os=$${platform%/*}; arch=$${platform#*/}; dir=dist/.plugin-$$os-$$arch; \
+		os=$${platform%/*}; arch=$${platform#*/}; dir="$(DIST)/.plugin-$$os-$$arch"; \
 		mkdir -p $$dir; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go -C $(PLUGIN_DIR) build $(RELEASE_GOFLAGS) -o $(CURDIR)/$$dir/kubectl-startup_taints .; \
-		tar -C $$dir -czf dist/kubectl-startup_taints-$$os-$$arch.tar.gz .; rm -r $$dir; \
-		sum=$$(sha256sum dist/kubectl-startup_taints-$$os-$$arch.tar.gz | cut -d' ' -f1); \
-		sed -i "s/{{SHA256_$${os}_$${arch}}}/$$sum/" dist/krew-startup-taints.yaml; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go -C $(PLUGIN_DIR) build $(RELEASE_GOFLAGS) -o "$(abspath $(DIST))/.plugin-$$os-$$arch/kubectl-startup_taints" .; \
+		tar -C $$dir --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner -cf - . | gzip -n > "$(DIST)/kubectl-startup_taints-$$os-$$arch.tar.gz"; rm -r $$dir; \
+		sum=$$(sha256sum "$(DIST)/kubectl-startup_taints-$$os-$$arch.tar.gz" | cut -d' ' -f1); \
+		sed -i "s/{{SHA256_$${os}_$${arch}}}/$$sum/" "$(DIST)/krew-startup-taints.yaml"; \
 	done
-	cd dist && sha256sum install.yaml *.tgz startup-taint-remover-linux-* kubectl-startup_taints-*.tar.gz krew-startup-taints.yaml > checksums.txt
-	@cat dist/checksums.txt
+	cd "$(DIST)" && sha256sum install.yaml *.tgz startup-taint-remover-linux-* kubectl-startup_taints-*.tar.gz krew-startup-taints.yaml image/index.json > checksums.txt
+	[[ -z "$(SIGNING_KEY)" ]] || $(COSIGN) sign-blob --yes --key "$(abspath $(SIGNING_KEY))" --tlog-upload=false \
+		--output-signature "$(abspath $(DIST))/checksums.txt.sig" "$(abspath $(DIST))/checksums.txt"
+	@echo "image index $$(cat "$(DIST)/.digest")" && rm "$(DIST)/.digest"
+	@cat "$(DIST)/checksums.txt"
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG with VERSION stamped in (needs a container engine; multi-arch: see the Dockerfile).

@@ -7,6 +7,7 @@
 package release
 
 import (
+	"cmp"
 	"debug/elf"
 	"os"
 	"os/exec"
@@ -18,11 +19,13 @@ import (
 )
 
 const (
-	repo    = "../.."
-	version = "v0.0.0-test"
+	repo = "../.."
 	// stamp is the -X flag that writes the version into the binary.
 	stamp = "-X github.com/startup-taint-remover/startup-taint-remover/internal/metrics.version="
 )
+
+// version is the release's: make test-release passes its TEST_VERSION.
+var version = cmp.Or(os.Getenv("RELEASE_VERSION"), "v0.0.0-test")
 
 // builderStage returns the Dockerfile's first stage as instructions, continuation lines joined.
 func builderStage(t *testing.T) []string {
@@ -76,13 +79,36 @@ func copyTree(t *testing.T, src, dst string) {
 
 func TestTheDockerfileBuildsAStaticStrippedStampedBinaryFromWhatItCopies(t *testing.T) {
 	workspace := t.TempDir()
+	// .dockerignore excludes everything but what it names with !: the build context.
+	ignore, err := os.ReadFile(filepath.Join(repo, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The golang image runs with GOTOOLCHAIN=local: its tag must be go.mod's toolchain.
+	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toolchain := regexp.MustCompile(`(?m)^toolchain go(\S+)$`).FindSubmatch(gomod)
+	if toolchain == nil || !strings.Contains(strings.Join(builderStage(t), "\n"), "FROM --platform=$BUILDPLATFORM golang:"+string(toolchain[1])+" ") {
+		t.Errorf("the Dockerfile's builder is not golang: and go.mod's toolchain")
+	}
+	inContext := map[string]bool{}
+	for _, line := range strings.Split(string(ignore), "\n") {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "!"); ok {
+			inContext[path] = true
+		}
+	}
 	var build string
 	for _, instr := range builderStage(t) {
 		fields := strings.Fields(instr)
 		switch {
-		case fields[0] == "COPY":
+		case fields[0] == "COPY" && !strings.HasPrefix(fields[1], "--from="):
 			srcs, dst := fields[1:len(fields)-1], filepath.Join(workspace, fields[len(fields)-1])
 			for _, src := range srcs {
+				if !inContext[src] {
+					t.Errorf("the Dockerfile copies %s, which .dockerignore leaves out of the build context", src)
+				}
 				target := dst
 				if !strings.HasSuffix(src, "/") {
 					target = filepath.Join(dst, filepath.Base(src))
@@ -96,7 +122,7 @@ func TestTheDockerfileBuildsAStaticStrippedStampedBinaryFromWhatItCopies(t *test
 	if build == "" {
 		t.Fatal("the Dockerfile's builder stage has no go build line")
 	}
-	for _, flag := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w ` + stamp + `${VERSION}"`} {
+	for _, flag := range []string{"CGO_ENABLED=0", "-trimpath -buildvcs=false", `-ldflags "-s -w ` + stamp + `${VERSION}"`} {
 		if !strings.Contains(build, flag) {
 			t.Errorf("the Dockerfile's go build line lacks %s: %s", flag, build)
 		}
@@ -105,7 +131,7 @@ func TestTheDockerfileBuildsAStaticStrippedStampedBinaryFromWhatItCopies(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{"RELEASE_GOFLAGS = -trimpath -ldflags \"-s -w $(LDFLAGS)\"", "LDFLAGS ?= " + stamp + "$(VERSION)"} {
+	for _, line := range []string{"RELEASE_GOFLAGS = -trimpath -buildvcs=false -ldflags \"-s -w $(LDFLAGS)\"", "LDFLAGS ?= " + stamp + "$(VERSION)"} {
 		if !strings.Contains(string(makefile), line) {
 			t.Errorf("the Makefile's release flags differ from the Dockerfile's: want %q", line)
 		}
