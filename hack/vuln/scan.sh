@@ -38,15 +38,17 @@ govulncheck() { go -C "$here" tool govulncheck -db "file://$db" "$@"; }
 status=0
 while read -r mod; do
   dir=$(dirname "$mod")
+  name=${dir#"$root"}; name=${name#/}; name=${name:-.}
   if [[ -z $(go -C "$dir" list ./... 2>/dev/null) ]]; then
-    echo "== ${dir#"$root"/}: no packages of its own (a tools module), nothing to scan"
+    echo "== $name: no packages of its own (a tools module), nothing to scan"
     continue
   fi
-  echo "== ${dir#"$root"/} (source)"
+  echo "== $name (source)"
   govulncheck -C "$dir" ./... || status=1
 done < <(find "$root" -name go.mod -not -path "$root/bin/*" -not -path "$root/dist/*" | sort)
 
 for bin in "$@"; do
+  bin=$(realpath "$bin") # govulncheck runs from this module's directory
   if [[ $bin == *.tar.gz ]]; then
     out=$(mktemp -d "${TMPDIR:-/tmp}/vulnbin.XXXXXX")
     tar -xzf "$bin" -C "$out"

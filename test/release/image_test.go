@@ -228,66 +228,84 @@ func TestTheImageIsTheTwoPlatformsOfTheBinaryAloneWithItsSBOMs(t *testing.T) {
 		if d.MediaType != ociManifest || d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != arch {
 			t.Fatalf("manifest %d: %s %+v, want an OCI manifest for linux/%s", i, d.MediaType, d.Platform, arch)
 		}
-		var m manifest
-		decode(t, blob(t, layout, d), &m)
-		if m.Config.MediaType != ociConfig || len(m.Layers) != 1 || m.Layers[0].MediaType != ociLayer {
-			t.Fatalf("linux/%s: config %s and %d layers, want an OCI config and one gzip layer", arch, m.Config.MediaType, len(m.Layers))
-		}
-		var cfg imageConfig
-		decode(t, blob(t, layout, m.Config), &cfg)
-		c := cfg.Config
-		if cfg.OS != "linux" || cfg.Architecture != arch || c.User != "65532:65532" || c.WorkingDir != "/" ||
-			fmt.Sprint(c.Entrypoint) != "[/startup-taint-remover]" || len(c.Cmd) != 0 || len(c.Env) != 0 {
-			t.Errorf("linux/%s config: %s/%s user %q workdir %q entrypoint %v cmd %v env %v", arch, cfg.OS, cfg.Architecture,
-				c.User, c.WorkingDir, c.Entrypoint, c.Cmd, c.Env)
-		}
-		if cfg.Created != created.Format(time.RFC3339) {
-			t.Errorf("linux/%s created %s, want the commit's time %s (SOURCE_DATE_EPOCH)", arch, cfg.Created, created.Format(time.RFC3339))
-		}
-		for k, v := range wantLabels {
-			if c.Labels[k] != v {
-				t.Errorf("linux/%s label %s = %q, want %q", arch, k, c.Labels[k], v)
-			}
-		}
+		checkPlatformImage(t, layout, d, arch, wantLabels, created)
+		checkSBOMReferrer(t, layout, top, d, arch)
+	}
+}
 
-		gz := blob(t, layout, m.Layers[0])
-		files, headers := layerFiles(t, gz)
-		if len(headers) != 1 || headers[0].Name != "startup-taint-remover" || headers[0].Typeflag != tar.TypeReg ||
-			headers[0].Mode != 0o755 || headers[0].Uid != 0 || !headers[0].ModTime.Equal(created) {
-			t.Fatalf("linux/%s layer: %d entries, first %+v; want the binary alone, 0755, root's, of the commit's time", arch, len(headers), headers[0])
+// checkPlatformImage checks one platform's image: its config, and one layer holding the
+// release's binary alone.
+func checkPlatformImage(t *testing.T, layout string, d descriptor, arch string, wantLabels map[string]string, created time.Time) {
+	t.Helper()
+	var m manifest
+	decode(t, blob(t, layout, d), &m)
+	if m.Config.MediaType != ociConfig || len(m.Layers) != 1 || m.Layers[0].MediaType != ociLayer {
+		t.Fatalf("linux/%s: config %s and %d layers, want an OCI config and one gzip layer", arch, m.Config.MediaType, len(m.Layers))
+	}
+	var cfg imageConfig
+	decode(t, blob(t, layout, m.Config), &cfg)
+	c := cfg.Config
+	if cfg.OS != "linux" || cfg.Architecture != arch || c.User != "65532:65532" || c.WorkingDir != "/" ||
+		fmt.Sprint(c.Entrypoint) != "[/startup-taint-remover]" || len(c.Cmd) != 0 || len(c.Env) != 0 {
+		t.Errorf("linux/%s config: %s/%s user %q workdir %q entrypoint %v cmd %v env %v", arch, cfg.OS, cfg.Architecture,
+			c.User, c.WorkingDir, c.Entrypoint, c.Cmd, c.Env)
+	}
+	if cfg.Created != created.Format(time.RFC3339) {
+		t.Errorf("linux/%s created %s, want the commit's time %s (SOURCE_DATE_EPOCH)", arch, cfg.Created, created.Format(time.RFC3339))
+	}
+	for k, v := range wantLabels {
+		if c.Labels[k] != v {
+			t.Errorf("linux/%s label %s = %q, want %q", arch, k, c.Labels[k], v)
 		}
-		zr, _ := gzip.NewReader(bytes.NewReader(gz))
-		tarred, _ := io.ReadAll(zr)
-		if sum := sha256.Sum256(tarred); len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != "sha256:"+hex.EncodeToString(sum[:]) {
-			t.Errorf("linux/%s diff_ids %v do not name the layer", arch, cfg.RootFS.DiffIDs)
-		}
-		shipped, err := os.ReadFile(filepath.Join(dist, "startup-taint-remover-linux-"+arch))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(files["startup-taint-remover"], shipped) {
-			t.Errorf("linux/%s: the image's binary differs from the release's", arch)
-		}
+	}
 
-		// The SBOM referring to this platform's manifest is the one shipped beside the binary.
-		var referrers []descriptor
-		for _, r := range top.Manifests {
-			if r.ArtifactType != cycloneDX {
-				continue
-			}
-			var am manifest
-			decode(t, blob(t, layout, r), &am)
-			if am.Subject != nil && am.Subject.Digest == d.Digest {
-				referrers = append(referrers, am.Layers...)
-			}
+	gz := blob(t, layout, m.Layers[0])
+	files, headers := layerFiles(t, gz)
+	if len(headers) != 1 || headers[0].Name != "startup-taint-remover" || headers[0].Typeflag != tar.TypeReg ||
+		headers[0].Mode != 0o755 || headers[0].Uid != 0 || !headers[0].ModTime.Equal(created) {
+		t.Fatalf("linux/%s layer: %d entries, first %+v; want the binary alone, 0755, root's, of the commit's time", arch, len(headers), headers[0])
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarred, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(tarred); len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Errorf("linux/%s diff_ids %v do not name the layer", arch, cfg.RootFS.DiffIDs)
+	}
+	shipped, err := os.ReadFile(filepath.Join(dist, "startup-taint-remover-linux-"+arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(files["startup-taint-remover"], shipped) {
+		t.Errorf("linux/%s: the image's binary differs from the release's", arch)
+	}
+}
+
+// checkSBOMReferrer checks that the one SBOM referring to a platform's image in the layout is the
+// one shipped beside its binary.
+func checkSBOMReferrer(t *testing.T, layout string, top index, d descriptor, arch string) {
+	t.Helper()
+	var referrers []descriptor
+	for _, r := range top.Manifests {
+		if r.ArtifactType != cycloneDX {
+			continue
 		}
-		sbom, err := os.ReadFile(filepath.Join(dist, "startup-taint-remover-linux-"+arch+".cdx.json"))
-		if err != nil {
-			t.Fatal(err)
+		var am manifest
+		decode(t, blob(t, layout, r), &am)
+		if am.Subject != nil && am.Subject.Digest == d.Digest {
+			referrers = append(referrers, am.Layers...)
 		}
-		if len(referrers) != 1 || referrers[0].MediaType != cycloneDX || !bytes.Equal(blob(t, layout, referrers[0]), sbom) {
-			t.Errorf("linux/%s: %d SBOM referrers, want the one shipped beside the binary", arch, len(referrers))
-		}
+	}
+	sbom, err := os.ReadFile(filepath.Join(dist, "startup-taint-remover-linux-"+arch+".cdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(referrers) != 1 || referrers[0].MediaType != cycloneDX || !bytes.Equal(blob(t, layout, referrers[0]), sbom) {
+		t.Errorf("linux/%s: %d SBOM referrers, want the one shipped beside the binary", arch, len(referrers))
 	}
 }
 
@@ -487,8 +505,10 @@ func TestEachSBOMListsEveryModuleOfItsBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		var bom struct {
-			BOMFormat  string `json:"bomFormat"`
-			Metadata   struct{ Component struct{ Name, Version, PURL string } } `json:"metadata"`
+			BOMFormat string `json:"bomFormat"`
+			Metadata  struct {
+				Component struct{ Name, Version, PURL string }
+			} `json:"metadata"`
 			Components []struct{ Name, Version, PURL string }
 		}
 		decode(t, data, &bom)
