@@ -120,7 +120,7 @@ test-release: envtest chart-tool ## Build the release twice (TEST_VERSION, signe
 	$(TEST_COSIGN_ENV) $(COSIGN) generate-key-pair --output-key-prefix "$(TEST_RELEASE_DIR)/key/cosign"
 	$(TEST_COSIGN_ENV) $(MAKE) --no-print-directory release VERSION=$(TEST_VERSION) DIST="$(TEST_RELEASE_DIR)/dist" SIGNING_KEY="$(TEST_RELEASE_DIR)/key/cosign.key"
 	$(MAKE) --no-print-directory release VERSION=$(TEST_VERSION) DIST="$(TEST_RELEASE_DIR)/again"
-	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_DIST_AGAIN="$(TEST_RELEASE_DIR)/again" go test -count=1 -v ./test/release
+	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_DIST_AGAIN="$(TEST_RELEASE_DIR)/again" go test -tags release -count=1 -v ./test/release
 	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_SIGNING_KEY="$(TEST_RELEASE_DIR)/key/cosign.key" go -C hack/release test -count=1 -v ./...
 
 FUZZTIME ?= 1m

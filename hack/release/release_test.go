@@ -39,7 +39,7 @@ var testVersion = cmp.Or(os.Getenv("RELEASE_VERSION"), "v0.0.0-test")
 func needRelease(t *testing.T) {
 	t.Helper()
 	if dist == "" || signingKey == "" || chartTool == "" {
-		t.Skip("RELEASE_DIST, RELEASE_SIGNING_KEY or CHART_TOOL is unset: make test-release sets them")
+		t.Fatal("RELEASE_DIST, RELEASE_SIGNING_KEY or CHART_TOOL is unset: make test-release sets them")
 	}
 }
 
