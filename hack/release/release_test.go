@@ -95,19 +95,26 @@ func pushLayout(t *testing.T, repo name.Repository) v1.Hash {
 	return pushed.Index
 }
 
-// renderedImage matches the image a rendered DaemonSet runs: REPOSITORY:TAG@DIGEST.
-var renderedImage = regexp.MustCompile(`image: "([^":@]+):([^"@]+)@(sha256:[0-9a-f]{64})"`)
-
-func TestTheChartFromTheRegistryRunsThePushedImageByDigest(t *testing.T) {
-	needRelease(t)
+// startRegistryWithRelease serves an OCI registry on loopback for the test, pushes the release's
+// layout to it, and returns its host, the image repository and the image index's digest.
+func startRegistryWithRelease(t *testing.T) (string, name.Repository, v1.Hash) {
+	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	repo, err := name.NewRepository(host+"/startup-taint-remover", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := pushLayout(t, repo)
+	return host, repo, pushLayout(t, repo)
+}
+
+// renderedImage matches the image a rendered DaemonSet runs: REPOSITORY:TAG@DIGEST.
+var renderedImage = regexp.MustCompile(`image: "([^":@]+):([^"@]+)@(sha256:[0-9a-f]{64})"`)
+
+func TestTheChartFromTheRegistryRunsThePushedImageByDigest(t *testing.T) {
+	needRelease(t)
+	host, repo, digest := startRegistryWithRelease(t)
 
 	charts, err := filepath.Glob(filepath.Join(dist, "startup-taint-remover-*.tgz"))
 	if err != nil || len(charts) != 1 {
@@ -204,14 +211,7 @@ func TestTheChartFromTheRegistryRunsThePushedImageByDigest(t *testing.T) {
 
 func TestSignaturesVerifyWithTheKeyAndFailWithAnotherKeyOrATamperedFile(t *testing.T) {
 	needRelease(t)
-	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
-	repo, err := name.NewRepository(host+"/startup-taint-remover", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := pushLayout(t, repo)
+	host, repo, digest := startRegistryWithRelease(t)
 	helmHome := []string{"HELM_CACHE_HOME=" + t.TempDir(), "HELM_CONFIG_HOME=" + t.TempDir(), "HELM_DATA_HOME=" + t.TempDir()}
 	charts, _ := filepath.Glob(filepath.Join(dist, "startup-taint-remover-*.tgz"))
 	chartDigest := strings.TrimSpace(mustRun(t, helmHome, chartTool, "push", charts[0], "-to", "oci://"+host+"/charts", "-plain-http"))
