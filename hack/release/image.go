@@ -122,7 +122,7 @@ func platformImage(s ImageSpec, arch string) (v1.Image, error) {
 		History: v1.History{
 			Created:   v1.Time{Time: s.Created},
 			CreatedBy: "make release: the static " + binaryName + " binary for linux/" + arch,
-			Comment:   "built with go build " + "-trimpath -buildvcs=false",
+			Comment:   "built with go build -trimpath -buildvcs=false",
 		},
 	})
 	if err != nil {
