@@ -81,9 +81,9 @@ func cosign(t *testing.T, args ...string) (string, error) {
 	return command(cosignEnv(t), "go", append([]string{"tool", "cosign"}, args...)...)
 }
 
-// pushLayout pushes the release's layout to repo as the release workflow does and returns the
-// image index's digest.
-func pushLayout(t *testing.T, repo name.Repository) v1.Hash {
+// pushLayout pushes the release's layout to repo as the release workflow does and returns what it
+// pushed.
+func pushLayout(t *testing.T, repo name.Repository) Pushed {
 	t.Helper()
 	pushed, err := PushLayout(filepath.Join(dist, "image"), repo, testVersion)
 	if err != nil {
@@ -92,12 +92,12 @@ func pushLayout(t *testing.T, repo name.Repository) v1.Hash {
 	if len(pushed.Platforms) != len(Platforms) {
 		t.Fatalf("pushed the platforms %v, want %v", pushed.Platforms, Platforms)
 	}
-	return pushed.Index
+	return pushed
 }
 
 // startRegistryWithRelease serves an OCI registry on loopback for the test, pushes the release's
-// layout to it, and returns its host, the image repository and the image index's digest.
-func startRegistryWithRelease(t *testing.T) (string, name.Repository, v1.Hash) {
+// layout to it, and returns its host, the image repository and what was pushed.
+func startRegistryWithRelease(t *testing.T) (string, name.Repository, Pushed) {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
@@ -114,7 +114,8 @@ var renderedImage = regexp.MustCompile(`image: "([^":@]+):([^"@]+)@(sha256:[0-9a
 
 func TestTheChartFromTheRegistryRunsThePushedImageByDigest(t *testing.T) {
 	needRelease(t)
-	host, repo, digest := startRegistryWithRelease(t)
+	host, repo, pushed := startRegistryWithRelease(t)
+	digest := pushed.Index
 
 	charts, err := filepath.Glob(filepath.Join(dist, "startup-taint-remover-*.tgz"))
 	if err != nil || len(charts) != 1 {
@@ -211,7 +212,8 @@ func TestTheChartFromTheRegistryRunsThePushedImageByDigest(t *testing.T) {
 
 func TestSignaturesVerifyWithTheKeyAndFailWithAnotherKeyOrATamperedFile(t *testing.T) {
 	needRelease(t)
-	host, repo, digest := startRegistryWithRelease(t)
+	host, repo, pushed := startRegistryWithRelease(t)
+	digest := pushed.Index
 	helmHome := []string{"HELM_CACHE_HOME=" + t.TempDir(), "HELM_CONFIG_HOME=" + t.TempDir(), "HELM_DATA_HOME=" + t.TempDir()}
 	charts, _ := filepath.Glob(filepath.Join(dist, "startup-taint-remover-*.tgz"))
 	chartDigest := strings.TrimSpace(mustRun(t, helmHome, chartTool, "push", charts[0], "-to", "oci://"+host+"/charts", "-plain-http"))
@@ -232,17 +234,9 @@ func TestSignaturesVerifyWithTheKeyAndFailWithAnotherKeyOrATamperedFile(t *testi
 			t.Fatalf("cosign sign %s: %v\n%s", ref, err, out)
 		}
 	}
-	idx, err := remote.Index(repo.Digest(digest.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range im.Manifests {
-		ref := repo.Digest(d.Digest.String()).String()
-		sbom := filepath.Join(dist, "startup-taint-remover-linux-"+d.Platform.Architecture+".cdx.json")
+	for arch, platformDigest := range pushed.Platforms {
+		ref := repo.Digest(platformDigest.String()).String()
+		sbom := filepath.Join(dist, "startup-taint-remover-linux-"+arch+".cdx.json")
 		if out, err := cosign(t, append([]string{"attest", "--yes", "--key", signingKey, "--tlog-upload=false",
 			"--type", "cyclonedx", "--predicate", sbom}, append(registryFlags, ref)...)...); err != nil {
 			t.Fatalf("cosign attest %s: %v\n%s", ref, err, out)
