@@ -20,6 +20,7 @@ COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY gates/ gates/
 COPY internal/ internal/
+COPY startuptaint/ startuptaint/
 
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -buildvcs=false \
     -ldflags "-s -w -X github.com/startup-taint-remover/startup-taint-remover/internal/metrics.version=${VERSION}" \

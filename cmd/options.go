@@ -25,6 +25,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // options is everything the command line and environment decide.
@@ -64,7 +65,7 @@ type options struct {
 // groupOptions is one group of startup taints and the gates that hold them (controllers.Group).
 type groupOptions struct {
 	name               string
-	taints             []controllers.TaintSpec
+	taints             []startuptaint.TaintSpec
 	csiAddress         string
 	requireCSINode     bool
 	requireAllocatable bool
@@ -80,11 +81,11 @@ type groupOptions struct {
 }
 
 // parseTaint accepts one --taint item, KEY[:EFFECT], that is no placeholder left by a renderer.
-func parseTaint(v string) (controllers.TaintSpec, error) {
+func parseTaint(v string) (startuptaint.TaintSpec, error) {
 	if err := unrendered(v); err != nil {
-		return controllers.TaintSpec{}, err
+		return startuptaint.TaintSpec{}, err
 	}
-	return controllers.ParseTaintSpec(v)
+	return startuptaint.ParseTaintSpec(v)
 }
 
 // unrendered refuses a value that is still one of the manifests' placeholders (\TAINTS,
@@ -183,7 +184,7 @@ const nameSetting = "name"
 
 // bindGroupFlags defines a group's flags on fs, into g: its taints, each gate kind's, its condition type.
 func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
-	fs.Var(listFlag[controllers.TaintSpec]{items: &g.taints, parse: parseTaint, sep: ","}, "taint",
+	fs.Var(listFlag[startuptaint.TaintSpec]{items: &g.taints, parse: parseTaint, sep: ","}, "taint",
 		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
 			"Default with --csi-address: <driver name>/agent-not-ready.")
 	for _, k := range gateKinds {

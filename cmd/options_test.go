@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -46,7 +45,7 @@ func TestParseOptionsValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []controllers.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
+	want := []startuptaint.TaintSpec{{Key: "a.example.com/x"}, {Key: "b.example.com/y", Effect: corev1.TaintEffectNoExecute}, {Key: "c.example.com/z"}}
 	if o.nodeName != "node-b" || len(o.taints) != 3 || o.taints[0] != want[0] || o.taints[1] != want[1] || o.taints[2] != want[2] ||
 		o.requireCSINode || o.probeInterval != 250*time.Millisecond || o.requireConfinement || o.maxWait != 10*time.Minute ||
 		o.retaintAfter != 30*time.Second || o.conditionType != "example.com/AgentReady" ||
@@ -229,7 +228,7 @@ func TestParseOptionsConfigGroups(t *testing.T) {
 		t.Fatalf("groups %+v, want 3", o.groups)
 	}
 	ebs, efs := o.groups[0], o.groups[1]
-	if ebs.name != "ebs" || len(ebs.taints) != 1 || ebs.taints[0] != (controllers.TaintSpec{Key: "ebs.csi.aws.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}) ||
+	if ebs.name != "ebs" || len(ebs.taints) != 1 || ebs.taints[0] != (startuptaint.TaintSpec{Key: "ebs.csi.aws.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}) ||
 		ebs.csiAddress != "/csi/ebs/csi.sock" || !ebs.requireCSINode || !ebs.requireAllocatable || ebs.conditionType != "ebs.csi.aws.com/AgentReady" {
 		t.Fatalf("group ebs: %+v", ebs)
 	}

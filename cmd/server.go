@@ -11,15 +11,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 // serverNeed is something a setting needs of the API server that the oldest supported minor
-// (controllers.MinKubernetesMinor) does not serve.
+// (startuptaint.MinKubernetesMinor) does not serve.
 type serverNeed struct {
 	// setting names the flag, or the setting of a group of --config.
 	setting string
@@ -39,7 +38,7 @@ func (o *options) serverNeeds() []serverNeed {
 		}
 		if len(g.resourceSlices) > 0 {
 			needs = append(needs, serverNeed{setting: o.inConfig(setting("require-resourceslice")),
-				what: "ResourceSlices of resource.k8s.io/v1", minor: controllers.ResourceSliceMinor})
+				what: "ResourceSlices of resource.k8s.io/v1", minor: startuptaint.ResourceSliceMinor})
 		}
 	}
 	return needs
@@ -51,14 +50,14 @@ var errServerTooOld = errors.New("the API server is too old for this setting")
 // checkServer refuses the first setting the API server cannot serve, naming the minor it needs.
 // A version it cannot read (a distribution's own scheme) refuses nothing.
 func (o *options) checkServer(info *version.Info) error {
-	minor, ok := controllers.ActsAs(info)
+	minor, ok := startuptaint.ActsAs(info)
 	if !ok {
 		return nil
 	}
 	for _, need := range o.serverNeeds() {
 		if minor < need.minor {
 			return fmt.Errorf("%w: %s: needs %s, which Kubernetes serves from 1.%d; the API server runs %s",
-				errServerTooOld, need.setting, need.what, need.minor, controllers.DescribeServer(info))
+				errServerTooOld, need.setting, need.what, need.minor, startuptaint.DescribeServer(info))
 		}
 	}
 	return nil
@@ -113,7 +112,7 @@ func (s *serverCheck) check(info *version.Info) error {
 	if info == nil {
 		return nil
 	}
-	s.log.V(4).Info("the API server's version", "version", controllers.DescribeServer(info))
+	s.log.V(4).Info("the API server's version", "version", startuptaint.DescribeServer(info))
 	return s.opts.checkServer(info)
 }
 

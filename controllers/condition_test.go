@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,7 +78,7 @@ func TestTheConditionIsNotWrittenBeforeTheFirstProbe(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-c2", startup)).
 		WithInterceptorFuncs(countStatusPatches(&writes)).Build()
 	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Recorder: events.NewFakeRecorder(10),
-		Groups: []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}, ConditionType: testConditionType}},
+		Groups: []Group{{Taints: []startuptaint.TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}, ConditionType: testConditionType}},
 		Clock:  clocktesting.NewFakeClock(testStart)}
 	r.build()
 	if err := reconcileNode(t, r); err != nil {

@@ -25,20 +25,8 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
-
-// FieldManager names the agent's writes in a Node's managedFields, so an operator can tell them
-// from other writers'.
-const FieldManager = "startup-taint-remover"
-
-// PolicyMessagePrefix starts every message of the shipped admission policy, so a refusal by the
-// policy can be told from any other.
-const PolicyMessagePrefix = "the startup-taint-remover "
-
-// ConfinementProbeLabel is the label the confinement check asks, in a dry run, to set on its own
-// Node, and in conditions-only mode the condition type it asks to write: a change the admission
-// policy must refuse.
-const ConfinementProbeLabel = "startup-taint-remover.github.io/confinement-check"
 
 // Outcomes of a confinement check.
 const (
@@ -83,7 +71,7 @@ type ConfinementCheck struct {
 	// Taints returns the startup taints the agent serves, whose removal the check asks about: the
 	// dry run removes the ones on the Node and lists them all in its removed record. The
 	// reconciler's when nil.
-	Taints func() []TaintSpec
+	Taints func() []startuptaint.TaintSpec
 	// Conditions, when set, are the condition types of an agent in conditions-only mode
 	// (NodeReconciler.ConditionsOnly), whose job is writing the first of them in its Node's status:
 	// the dry run writes that condition instead of removing taints. The reconciler's when nil and
@@ -96,7 +84,7 @@ type ConfinementCheck struct {
 	// checking, so it starts working once a policy judges it.
 	Require bool
 	// Server, when set, is the API server's version (its /version), quoted when the agent is not
-	// confined on a server older than MinKubernetesMinor.
+	// confined on a server older than startuptaint.MinKubernetesMinor.
 	Server *version.Info
 	// Clock times the retries; the real clock when nil.
 	Clock clock.Clock
@@ -161,7 +149,7 @@ type inherited struct {
 	nodeName   string
 	recorder   events.EventRecorder
 	clock      clock.Clock
-	taints     func() []TaintSpec
+	taints     func() []startuptaint.TaintSpec
 	conditions []string
 	metrics    *metrics.Metrics
 }
@@ -199,7 +187,7 @@ func (c *ConfinementCheck) recorder() events.EventRecorder {
 }
 
 // taints is c.Taints, or the reconciler's.
-func (c *ConfinementCheck) taints() func() []TaintSpec {
+func (c *ConfinementCheck) taints() func() []startuptaint.TaintSpec {
 	if c.Taints == nil {
 		return c.inherited.taints
 	}
@@ -343,13 +331,13 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 	if len(c.conditions()) > 0 {
 		// In conditions-only mode the agent may write only its Node's status: a condition that
 		// is not its own is the change the policy must refuse there.
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"Unknown"}]}}`, ConfinementProbeLabel)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"Unknown"}]}}`, startuptaint.ConfinementProbeLabel)
 		err = c.client().Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, []byte(patch)),
-			client.DryRunAll, client.FieldOwner(FieldManager))
+			client.DryRunAll, client.FieldOwner(startuptaint.FieldManager))
 	} else {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"dry-run"}}}`, ConfinementProbeLabel)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"dry-run"}}}`, startuptaint.ConfinementProbeLabel)
 		err = c.client().Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)),
-			client.DryRunAll, client.FieldOwner(FieldManager))
+			client.DryRunAll, client.FieldOwner(startuptaint.FieldManager))
 	}
 	switch {
 	case err == nil:
@@ -361,15 +349,6 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 	}
 	return "", nil, fmt.Errorf("dry-run labelling of node %s: %w", c.nodeName(), err)
 }
-
-// Event reasons of the confinement check: EventReasonNotConfined when no admission policy judges
-// the agent; EventReasonRemovalRefused when the API server refuses its dry-run removal of its
-// startup taints, and EventReasonRemovalAdmitted when it admits it again.
-const (
-	EventReasonNotConfined     = "NotConfined"
-	EventReasonRemovalRefused  = "RemovalRefused"
-	EventReasonRemovalAdmitted = "RemovalAdmitted"
-)
 
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
@@ -397,13 +376,13 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		if c.Require {
 			logger.Error(nil, "no admission policy judges this agent, and confinement is required: it removes nothing and writes nothing "+
 				"until one does. "+why)
-			c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
+			c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
 				"No admission policy judges this agent (a dry-run change it must never make was admitted), and confinement is "+
 					"required: it removes no startup taint and writes nothing until one does. %s", why)
 			return
 		}
 		logger.Info("confinement is not required (--require-confinement=false): this agent runs with no admission policy judging it")
-		c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonNotConfined, "CheckConfinement",
+		c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
 			"No admission policy judges this agent (a dry-run change it must never make was admitted), and it runs anyway "+
 				"(--require-confinement=false): it could change any Node its RBAC allows.")
 	}
@@ -413,9 +392,9 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 // shipped policy needs, upgrade; otherwise install the policy.
 func (c *ConfinementCheck) notConfinedWhy() string {
 	if c.Server != nil {
-		if minor, ok := ActsAs(c.Server); ok && minor < MinKubernetesMinor {
+		if minor, ok := startuptaint.ActsAs(c.Server); ok && minor < startuptaint.MinKubernetesMinor {
 			return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
-				"which compiles it: upgrade the control plane.", DescribeServer(c.Server), MinKubernetesMinor)
+				"which compiles it: upgrade the control plane.", startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
 		}
 	}
 	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole " +
@@ -438,7 +417,7 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 	if refusal == nil {
 		if wasRefused {
 			logger.Info("the API server admits this agent's removal of its startup taints again; the agent is ready")
-			c.recorder().Eventf(node, nil, corev1.EventTypeNormal, EventReasonRemovalAdmitted, "CheckRemoval",
+			c.recorder().Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonRemovalAdmitted, "CheckRemoval",
 				"The API server admits this agent's removal of its startup taints again (a dry run of its patch); the agent is ready")
 		}
 		return
@@ -450,5 +429,5 @@ func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node,
 		"so it is not ready: %s. Check %s"
 	// A policy's refusal quotes its CEL expression over several lines; one line reads better.
 	quoted := elide(strings.Join(strings.Fields(refusal.Error()), " "), maxNote-len(format)-len(advice))
-	c.recorder().Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
+	c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonRemovalRefused, "CheckRemoval", format, quoted, advice)
 }

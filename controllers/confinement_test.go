@@ -32,6 +32,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 var nodesResource = schema.GroupResource{Resource: "nodes"}
@@ -100,7 +101,7 @@ func TestConfinementCheckWritesNothing(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := node.Labels[ConfinementProbeLabel]; ok {
+	if _, ok := node.Labels[startuptaint.ConfinementProbeLabel]; ok {
 		t.Fatal("the dry-run label was written")
 	}
 }
@@ -136,7 +137,7 @@ func (a *apiAnswers) client() client.Client {
 			}
 			a.mu.Lock()
 			answer := a.removal
-			if strings.Contains(string(data), ConfinementProbeLabel) {
+			if strings.Contains(string(data), startuptaint.ConfinementProbeLabel) {
 				a.labels++
 				answer = a.label
 			} else {
@@ -188,8 +189,8 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	startRunnable(t, check.Start)
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
-	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+EventReasonNotConfined) {
-		t.Errorf("event %q, want a %s warning", ev, EventReasonNotConfined)
+	if ev := <-recorder.Events; !strings.Contains(ev, "Warning "+startuptaint.EventReasonNotConfined) {
+		t.Errorf("event %q, want a %s warning", ev, startuptaint.EventReasonNotConfined)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Confined); got != 0 {
 		t.Errorf("startup_taint_confined = %v, want 0", got)
@@ -219,7 +220,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
 	ev := <-recorder.Events
-	for _, want := range []string{"Warning " + EventReasonNotConfined, "confinement is required: it removes no startup taint",
+	for _, want := range []string{"Warning " + startuptaint.EventReasonNotConfined, "confinement is required: it removes no startup taint",
 		"The API server runs v1.32.13, and the shipped admission policy needs Kubernetes 1.33 or later"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("event %q lacks %q", ev, want)
@@ -309,26 +310,26 @@ func TestCheckRemovalSendsTheReconcilersPatchAsADryRun(t *testing.T) {
 			return c.Patch(ctx, obj, patch, o...)
 		},
 	}).Build()
-	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }}
+	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []startuptaint.TaintSpec { return []startuptaint.TaintSpec{{Key: startup.Key}} }}
 	node, refusal, err := check.CheckRemoval(context.Background())
 	if err != nil || refusal != nil || node == nil {
 		t.Fatalf("CheckRemoval() = %v, %v, %v; want the Node, admitted", node, refusal, err)
 	}
-	for _, want := range []string{`"resourceVersion"`, RemovedAnnotation, `"taints":[{"effect":"NoSchedule","key":"example.com/foreign"}]`} {
+	for _, want := range []string{`"resourceVersion"`, startuptaint.RemovedAnnotation, `"taints":[{"effect":"NoSchedule","key":"example.com/foreign"}]`} {
 		if !strings.Contains(string(sent), want) {
 			t.Errorf("the dry run %s lacks %s: it must be the reconciler's own patch", sent, want)
 		}
 	}
 	applied := &client.PatchOptions{}
 	applied.ApplyOptions(opts)
-	if len(applied.DryRun) != 1 || applied.DryRun[0] != metav1.DryRunAll || applied.FieldManager != FieldManager {
-		t.Errorf("DryRun=%v FieldManager=%q, want a dry run as %s", applied.DryRun, applied.FieldManager, FieldManager)
+	if len(applied.DryRun) != 1 || applied.DryRun[0] != metav1.DryRunAll || applied.FieldManager != startuptaint.FieldManager {
+		t.Errorf("DryRun=%v startuptaint.FieldManager=%q, want a dry run as %s", applied.DryRun, applied.FieldManager, startuptaint.FieldManager)
 	}
 	after := &corev1.Node{}
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, after); err != nil {
 		t.Fatal(err)
 	}
-	if len(after.Spec.Taints) != 2 || after.Annotations[RemovedAnnotation] != "" {
+	if len(after.Spec.Taints) != 2 || after.Annotations[startuptaint.RemovedAnnotation] != "" {
 		t.Errorf("the dry run changed the Node: taints %v, annotations %v", after.Spec.Taints, after.Annotations)
 	}
 }
@@ -341,13 +342,13 @@ func TestCheckRemovalOfTaintsAlreadyGoneSendsOnlyTheLock(t *testing.T) {
 			return c.Patch(ctx, obj, patch, o...)
 		},
 	}).Build()
-	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }}
+	check := &ConfinementCheck{Client: c, NodeName: "n1", Taints: func() []startuptaint.TaintSpec { return []startuptaint.TaintSpec{{Key: startup.Key}} }}
 	if _, refusal, err := check.CheckRemoval(context.Background()); err != nil || refusal != nil {
 		t.Fatalf("CheckRemoval() = %v, %v", refusal, err)
 	}
 	// The record may list a taint only in the patch that removes it; the policy judges its
 	// settings on this changeless patch all the same.
-	if !strings.Contains(string(sent), `"resourceVersion"`) || strings.Contains(string(sent), RemovedAnnotation) ||
+	if !strings.Contains(string(sent), `"resourceVersion"`) || strings.Contains(string(sent), startuptaint.RemovedAnnotation) ||
 		strings.Contains(string(sent), "taints") {
 		t.Errorf("the dry run %s: want only the resourceVersion lock", sent)
 	}
@@ -417,10 +418,10 @@ func policyRefusals(t *testing.T) map[string]error {
 }
 
 func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
-	known := []string{RefusalSettings, RefusalUpdateOnly, RefusalConditionsOnly, RefusalStatusOff, RefusalNodeClaim, RefusalOwnNode,
-		RefusalTaints, RefusalSpec, RefusalMetadata, RefusalRemovedRecord, RefusalBootRecord, RefusalNode, RefusalStatus, RefusalCondition,
-		RefusalManagedEntries, RefusalManagedGained, RefusalManagedLost,
-		RefusalEventRegarding, RefusalEventReporter, RefusalEventMetadata, RefusalEventUpdate}
+	known := []string{startuptaint.RefusalSettings, startuptaint.RefusalUpdateOnly, startuptaint.RefusalConditionsOnly, startuptaint.RefusalStatusOff, startuptaint.RefusalNodeClaim, startuptaint.RefusalOwnNode,
+		startuptaint.RefusalTaints, startuptaint.RefusalSpec, startuptaint.RefusalMetadata, startuptaint.RefusalRemovedRecord, startuptaint.RefusalBootRecord, startuptaint.RefusalNode, startuptaint.RefusalStatus, startuptaint.RefusalCondition,
+		startuptaint.RefusalManagedEntries, startuptaint.RefusalManagedGained, startuptaint.RefusalManagedLost,
+		startuptaint.RefusalEventRegarding, startuptaint.RefusalEventReporter, startuptaint.RefusalEventMetadata, startuptaint.RefusalEventUpdate}
 	refusals := policyRefusals(t)
 	tags := make([]string, 0, len(refusals))
 	for tag, refusal := range refusals {
@@ -440,11 +441,11 @@ func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
 	refusals := policyRefusals(t)
 	// What each rule of own-node-only, which judges the removal, sends an operator to check.
 	want := map[string]string{
-		RefusalSettings: "its settings, which the refusal quotes", RefusalTaints: "--taint", RefusalRemovedRecord: "--taint", RefusalBootRecord: "--taint",
-		RefusalConditionsOnly: "--conditions-only", RefusalStatusOff: "--condition-type", RefusalStatus: "--condition-type",
-		RefusalCondition: "--condition-type", RefusalUpdateOnly: "token", RefusalNodeClaim: "token", RefusalOwnNode: "token",
-		RefusalSpec: "mutating admission", RefusalMetadata: "mutating admission", RefusalNode: "mutating admission",
-		RefusalManagedEntries: "mutating admission", RefusalManagedGained: "mutating admission", RefusalManagedLost: "mutating admission",
+		startuptaint.RefusalSettings: "its settings, which the refusal quotes", startuptaint.RefusalTaints: "--taint", startuptaint.RefusalRemovedRecord: "--taint", startuptaint.RefusalBootRecord: "--taint",
+		startuptaint.RefusalConditionsOnly: "--conditions-only", startuptaint.RefusalStatusOff: "--condition-type", startuptaint.RefusalStatus: "--condition-type",
+		startuptaint.RefusalCondition: "--condition-type", startuptaint.RefusalUpdateOnly: "token", startuptaint.RefusalNodeClaim: "token", startuptaint.RefusalOwnNode: "token",
+		startuptaint.RefusalSpec: "mutating admission", startuptaint.RefusalMetadata: "mutating admission", startuptaint.RefusalNode: "mutating admission",
+		startuptaint.RefusalManagedEntries: "mutating admission", startuptaint.RefusalManagedGained: "mutating admission", startuptaint.RefusalManagedLost: "mutating admission",
 	}
 	for tag, refusal := range refusals {
 		if strings.HasPrefix(tag, "event-") {
@@ -475,7 +476,7 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	check := NewConfinementCheck(false)
 	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
-	check.Taints = func() []TaintSpec { return []TaintSpec{{Key: startup.Key}} }
+	check.Taints = func() []startuptaint.TaintSpec { return []startuptaint.TaintSpec{{Key: startup.Key}} }
 	if err := check.Ready(nil); err == nil {
 		t.Fatal("Ready() = nil before the API server answered; want an error")
 	}
@@ -483,7 +484,7 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 
 	eventually(t, "the RemovalRefused warning", func() bool { return len(recorder.Events) == 1 })
 	ev := <-recorder.Events
-	for _, want := range []string{"Warning " + EventReasonRemovalRefused, "retaintKeys", "google.protobuf.Duration",
+	for _, want := range []string{"Warning " + startuptaint.EventReasonRemovalRefused, "retaintKeys", "google.protobuf.Duration",
 		"admission policy startup-taint-remover-own-node-only", "--retaint-after"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("event %q lacks %q", ev, want)
@@ -508,8 +509,8 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	api.refuseRemoval(nil)
 	clock.Step(2 * time.Second)
 	eventually(t, "the RemovalAdmitted event", func() bool { return len(recorder.Events) == 1 })
-	if ev := <-recorder.Events; !strings.Contains(ev, "Normal "+EventReasonRemovalAdmitted) {
-		t.Errorf("event %q, want %s", ev, EventReasonRemovalAdmitted)
+	if ev := <-recorder.Events; !strings.Contains(ev, "Normal "+startuptaint.EventReasonRemovalAdmitted) {
+		t.Errorf("event %q, want %s", ev, startuptaint.EventReasonRemovalAdmitted)
 	}
 	if err := check.Ready(nil); err != nil {
 		t.Errorf("Ready() = %v once admitted, want nil", err)
@@ -564,7 +565,7 @@ func TestTheReconcilerWritesNothingUntilARequiredConfinementIsSeen(t *testing.T)
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, []TaintSpec{{Key: startup.Key}})) != 0 || gates.FindCondition(node.Status.Conditions, "example.com/AgentReady") == nil {
+	if len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startup.Key}})) != 0 || gates.FindCondition(node.Status.Conditions, "example.com/AgentReady") == nil {
 		t.Errorf("once confined, the taint must go and the condition be written: %+v", node)
 	}
 }
@@ -586,7 +587,7 @@ func TestInConditionsOnlyModeTheCheckAsksForAConditionNotItsOwn(t *testing.T) {
 	if err != nil || outcome != Confined {
 		t.Fatalf("Check() = %q, %v; want %q", outcome, err, Confined)
 	}
-	if !strings.Contains(string(sent), `"type":"`+ConfinementProbeLabel+`"`) {
-		t.Errorf("sent %s, want a condition of type %s", sent, ConfinementProbeLabel)
+	if !strings.Contains(string(sent), `"type":"`+startuptaint.ConfinementProbeLabel+`"`) {
+		t.Errorf("sent %s, want a condition of type %s", sent, startuptaint.ConfinementProbeLabel)
 	}
 }

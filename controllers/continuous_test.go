@@ -18,6 +18,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
@@ -97,7 +98,7 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 			}
 			trueWrites, falseWrites := writes(corev1.ConditionTrue), writes(corev1.ConditionFalse)
 			group := controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))
-			group.Taints = []controllers.TaintSpec{{Key: startupTaint.Key, Effect: startupTaint.Effect}}
+			group.Taints = []startuptaint.TaintSpec{{Key: startupTaint.Key, Effect: startupTaint.Effect}}
 			group.ConditionType = conditionType
 			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{group}, RetaintAfter: time.Second})
 			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(BeEmpty()) }).WithContext(ctx).Should(Succeed())
@@ -106,7 +107,7 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 			driver.SetReadiness(fakecsi.NotReady)
 			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(Equal([]corev1.Taint{retaint})) }).
 				WithContext(ctx).Should(Succeed())
-			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintAddedBack))
+			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintAddedBack))
 
 			By("the driver flapping faster than the hold time: the taint stays on")
 			flapping, stop := make(chan struct{}), make(chan struct{})

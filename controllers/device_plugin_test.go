@@ -20,6 +20,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -50,7 +51,7 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 		gpus, err := gates.ParseResourceRequirement("nvidia.com/gpu=2")
 		Expect(err).NotTo(HaveOccurred())
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
-			Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceGate(gpus)},
+			Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceGate(gpus)},
 		}}})
 
 		writeStatus := func(change func(*corev1.NodeStatus)) {
@@ -83,7 +84,7 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 })
 
 var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.EveryMinor), func() {
-	if !expectations.ServesMinor(controllers.ResourceSliceMinor) {
+	if !expectations.ServesMinor(startuptaint.ResourceSliceMinor) {
 		return // below, the binary refuses the gate (cmd/server.go)
 	}
 	It("holds the taint until the driver publishes a device for this node; other nodes' and other drivers' slices do not count",
@@ -92,7 +93,7 @@ var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.Ever
 			nodeName := uniqueNodeName()
 			createNode(ctx, nodeName, startupTaint)
 			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
-				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceSliceGate(nodeName, driver)},
+				Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewResourceSliceGate(nodeName, driver)},
 			}}})
 			slice := func(name, driver, node string, devices int) *resourcev1.ResourceSlice {
 				s := &resourcev1.ResourceSlice{

@@ -13,35 +13,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
-)
-
-// Event reasons: what the reconciler says happened, in the events it records on its Node (the
-// confinement check's are beside its report, in confinement.go). They are neither the gates'
-// reason classes (gates.Reason*, in metrics, logs and notes) nor the reasons of its Node condition
-// (ConditionReasonGatesPass, or the failing gate's title).
-const (
-	EventReasonTaintRemoved        = "TaintRemoved"
-	EventReasonTaintRemovedAgain   = "TaintRemovedAgain"
-	EventReasonTaintRemovedUnready = "TaintRemovedUnready"
-	EventReasonRemovalFailed       = "RemovalFailed"
-	EventReasonWouldRemoveTaint    = "WouldRemoveTaint"
-	EventReasonTaintAddedBack      = "TaintAddedBack"
-	EventReasonWouldAddTaint       = "WouldAddTaint"
-	// EventReasonWaitingForDriver: a driver's gate (gates.WaitsForDriver) holds the taints;
-	// EventReasonWaitingForAgent: another node agent's (an endpoint, a file, a pod, a condition).
-	EventReasonWaitingForDriver = "WaitingForDriver"
-	EventReasonWaitingForAgent  = "WaitingForAgent"
-	// EventReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
-	// startup taints (see RegistrationWindow).
-	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
-)
-
-// The actions of the TaintAddedBack events that say why a taint went back, beside continuous
-// mode's AddTaint: the plugin tells the cases apart by them.
-const (
-	EventActionAddTaintAfterReboot = "AddTaintAfterReboot"
-	EventActionAddTaintAtShutdown  = "AddTaintAtShutdown"
-	EventActionAddTaintAtCordon    = "AddTaintAtCordon"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
@@ -84,13 +56,14 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 		r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), p.v.notReady)
 	}
 	if p.wouldRetaint {
-		r.reportWouldRetaint(ctx, node, RetaintSpec(p.g.Taints), p.v)
+		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.g.Taints), p.v)
 	}
 }
 
 // reportObservation sets the presence gauges, and reports taints that came back and a Node that
 // registered without the group's startup taints (startup: specs less continuous mode's).
-func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []TaintSpec, obs observation) {
+func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []startuptaint.TaintSpec,
+	obs observation) {
 	for _, spec := range specs {
 		r.wired.metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
 	}
@@ -98,7 +71,7 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 		list := specStrings(startup)
 		log.FromContext(ctx).Info("the node registered without its startup taints: pods could be scheduled on it "+
 			"before its node agent was ready; register the node pool's nodes with them", "taints", list)
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRegisteredWithoutTaint, "CheckRegistration",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonRegisteredWithoutTaint, "CheckRegistration",
 			"Node registered without the startup taints %s: pods could be scheduled before its node agent was ready, "+
 				"and fail (a CSI volume: driver not found). Register the node pool's nodes with the taints", list)
 		for _, key := range list {
@@ -119,9 +92,9 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 func (r *NodeReconciler) reportWaiting(ctx context.Context, node *corev1.Node, gerr *gateError, first bool) {
 	log.FromContext(ctx).V(4).Info("holding startup taints", "gate", gerr.gate, "reason", gerr.reason)
 	if first {
-		reason := EventReasonWaitingForAgent
+		reason := startuptaint.EventReasonWaitingForAgent
 		if gates.WaitsForDriver(gerr.gate) {
-			reason = EventReasonWaitingForDriver
+			reason = startuptaint.EventReasonWaitingForDriver
 		}
 		// An action of its own per gate and reason class: the recorder folds events of one
 		// reason and action into one series, which would keep only the first one's note.
@@ -153,7 +126,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
 			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason,
 			"sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintRemovedUnready, "RemoveTaint",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintRemovedUnready, "RemoveTaint",
 			"Removed startup taints %v after the maximum wait (%s after the node was created) although %s",
 			rem.taints, rem.sinceCreation.Round(time.Second), rem.unready.Error())
 		return
@@ -161,18 +134,18 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 	if rem.again {
 		held := rem.heldFor.Round(time.Millisecond)
 		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemovedAgain, "RemoveTaint",
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonTaintRemovedAgain, "RemoveTaint",
 			"Startup taints %v came back and were removed again after %s", rem.taints, held)
 		return
 	}
 	logger.Info("removed startup taints", "taints", rem.taints, "sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonTaintRemoved, "RemoveTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonTaintRemoved, "RemoveTaint",
 		"Removed startup taints %v, %s after the node was created", rem.taints, rem.sinceCreation.Round(time.Second))
 }
 
 // reportWouldRemove reports the removal a dry run would have made: the counter, an event and a
 // log line. unready is the gate that still did not pass when the removal would have been forced.
-func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Node, held []corev1.Taint, specs []TaintSpec,
+func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Node, held []corev1.Taint, specs []startuptaint.TaintSpec,
 	unready *gateError) {
 	for _, spec := range specs {
 		r.wired.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
@@ -183,29 +156,30 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 	}
 	taints := taintStrings(held)
 	log.FromContext(ctx).Info("dry run: would remove startup taints", "taints", taints, "why", why)
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldRemoveTaint, "RemoveTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldRemoveTaint, "RemoveTaint",
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
 // nodeStateCauses say, for the causes the Node's own state gives rather than a gate, how each
 // put-back is counted and told.
 var nodeStateCauses = map[string]struct{ result, action, eventType, why, until string }{
-	causeCordon: {metrics.ResultAddedAtCordon, EventActionAddTaintAtCordon, corev1.EventTypeNormal,
+	causeCordon: {metrics.ResultAddedAtCordon, startuptaint.EventActionAddTaintAtCordon, corev1.EventTypeNormal,
 		"the node is cordoned", "once the node is uncordoned and every gate passes"},
-	causeShutdown: {metrics.ResultAddedAtShutdown, EventActionAddTaintAtShutdown, corev1.EventTypeWarning,
+	causeShutdown: {metrics.ResultAddedAtShutdown, startuptaint.EventActionAddTaintAtShutdown, corev1.EventTypeWarning,
 		"the node is shutting down", "once every gate passes after the boot"},
 }
 
 // reportRetaint reports a startup taint put back, for cause (continuous mode's failing gate when
 // empty): the counter, a Warning event and a log line.
-func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, cause string, v verdict) {
+func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause string, v verdict) {
 	logger := log.FromContext(ctx)
 	switch cause {
 	case causeReboot:
 		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAfterReboot).Inc()
 		logger.Info("put a startup taint back: the node rebooted and a readiness gate does not pass yet", "taint", spec.String(),
 			"bootID", node.Status.NodeInfo.BootID, "gate", v.notReady.gate, "reason", v.notReady.reason)
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, EventActionAddTaintAfterReboot,
+		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintAddedBack,
+			startuptaint.EventActionAddTaintAfterReboot,
 			"Put startup taint %s back: the node rebooted (boot %s): %s; it comes off once every gate passes",
 			spec, node.Status.NodeInfo.BootID, v.notReady.Error())
 		return
@@ -213,7 +187,7 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 		say := nodeStateCauses[cause]
 		r.wired.metrics.Retaints.WithLabelValues(spec.String(), say.result).Inc()
 		logger.Info("put a startup taint back: "+say.why, "taint", spec.String())
-		r.wired.recorder.Eventf(node, nil, say.eventType, EventReasonTaintAddedBack, say.action,
+		r.wired.recorder.Eventf(node, nil, say.eventType, startuptaint.EventReasonTaintAddedBack, say.action,
 			"Put startup taint %s back: %s; it comes off %s", spec, say.why, say.until)
 		return
 	}
@@ -221,25 +195,25 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 	failing := v.failingFor.Round(time.Millisecond)
 	logger.Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonTaintAddedBack, "AddTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintAddedBack, "AddTaint",
 		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",
 		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
 }
 
 // reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
 // controller-runtime.
-func (r *NodeReconciler) reportRetaintFailure(spec TaintSpec, err error) {
+func (r *NodeReconciler) reportRetaintFailure(spec startuptaint.TaintSpec, err error) {
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
 }
 
 // reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
 // log line.
-func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec TaintSpec, v verdict) {
+func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, v verdict) {
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	failing := v.failingFor.Round(time.Millisecond)
 	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
 		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, EventReasonWouldAddTaint, "AddTaint",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldAddTaint, "AddTaint",
 		"Dry run: would put startup taint %s back now: %s for %s", spec, v.notReady.Error(), failing.Round(time.Second))
 }
 
@@ -256,7 +230,7 @@ func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondi
 
 // reportFailure reports a failed removal of the taints specs selected: the counter on every
 // attempt, an event (and for a forbidden patch, the one log line) when the failure class changes.
-func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []TaintSpec, f failure, err error) {
+func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []startuptaint.TaintSpec, f failure, err error) {
 	if f.result != metrics.ResultConflict { // each conflict was counted as it happened
 		for _, spec := range specs {
 			r.wired.metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
@@ -269,7 +243,7 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 		return
 	}
 	const failed = "Could not remove startup taints: "
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, EventReasonRemovalFailed, "RemoveTaint", "%s%s",
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonRemovalFailed, "RemoveTaint", "%s%s",
 		failed, elide(err.Error(), maxNote-len(failed)))
 	if f.result == metrics.ResultForbidden {
 		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
@@ -313,4 +287,13 @@ func elide(s string, n int) string {
 	head := (n - len(cut)) / 3
 	tail := n - len(cut) - head
 	return strings.ToValidUTF8(s[:head], "") + cut + strings.ToValidUTF8(s[len(s)-tail:], "")
+}
+
+// specStrings returns each spec in its KEY[:EFFECT] form.
+func specStrings(specs []startuptaint.TaintSpec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.String()
+	}
+	return out
 }

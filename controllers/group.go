@@ -17,6 +17,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // Group is one set of startup taints and the readiness gates that hold them. A node often runs
@@ -30,7 +31,7 @@ type Group struct {
 	// Taints selects the startup taints to remove. When empty, the group holds its driver's
 	// conventional taint, "<driver name>/agent-not-ready", once its first gate that names a driver
 	// (gates.DriverNamer, such as the CSI gate) has learned the name.
-	Taints []TaintSpec
+	Taints []startuptaint.TaintSpec
 	// Gates hold the taints until every one passes. The reconciler probes those that check the
 	// node itself (gates.Probed) every ProbeInterval, and checks the others, which read API
 	// objects, at each reconcile; see package gates.
@@ -189,35 +190,35 @@ func (g *group) logContext(ctx context.Context) context.Context {
 
 // startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's
 // default once its name is known.
-func (g *group) startupSpecs() []TaintSpec {
+func (g *group) startupSpecs() []startuptaint.TaintSpec {
 	if len(g.Taints) > 0 {
 		return g.Taints
 	}
 	if name := g.driverName(); name != "" {
-		return []TaintSpec{DefaultTaintSpec(name)}
+		return []startuptaint.TaintSpec{startuptaint.DefaultTaintSpec(name)}
 	}
 	return nil
 }
 
 // taintSpecs are the group's startup taints and, when putBack and they do not select it, the
-// taint an agent puts back (RetaintSpec; see NodeReconciler.putsBack).
-func (g *group) taintSpecs(putBack bool) []TaintSpec {
+// taint an agent puts back (startuptaint.RetaintSpec; see NodeReconciler.putsBack).
+func (g *group) taintSpecs(putBack bool) []startuptaint.TaintSpec {
 	specs := g.startupSpecs()
 	if len(specs) == 0 || !putBack {
 		return specs
 	}
-	back := RetaintSpec(specs)
-	if len(MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) > 0 {
+	back := startuptaint.RetaintSpec(specs)
+	if len(startuptaint.MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) > 0 {
 		return specs
 	}
 	return append(slices.Clip(specs), back)
 }
 
-// retaintKey is RetaintSpec's String when putBack, and empty otherwise or before the group's
+// retaintKey is startuptaint.RetaintSpec's String when putBack, and empty otherwise or before the group's
 // taints are known.
 func (g *group) retaintKey(putBack bool) string {
 	if specs := g.startupSpecs(); putBack && len(specs) > 0 {
-		return RetaintSpec(specs).String()
+		return startuptaint.RetaintSpec(specs).String()
 	}
 	return ""
 }

@@ -24,6 +24,8 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // The two groups' taints in the group tests: a disk and a file driver's.
@@ -55,8 +57,8 @@ func newGroupsTest(t *testing.T, patch func(client.Object, client.Patch) error) 
 	})
 	g.set(func(r *NodeReconciler) {
 		r.Groups = []Group{
-			{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{g.disk}},
-			{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: []gates.Gate{g.file}},
+			{Name: "disk", Taints: []startuptaint.TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{g.disk}},
+			{Name: "file", Taints: []startuptaint.TaintSpec{{Key: fileTaint.Key}}, Gates: []gates.Gate{g.file}},
 		}
 	})
 	return g
@@ -85,19 +87,19 @@ func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
 		t.Fatalf(`startup_taint_gate_ready{gate="file/flip"} = %v, want 1`, got)
 	}
 	g.reconcile()
-	if got := g.taints(); !equalTaints(got, []corev1.Taint{diskTaint, foreign}) {
+	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{diskTaint, foreign}) {
 		t.Fatalf("taints %v: want only the file group's gone", got)
 	}
 	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [file.example.com/agent-not-ready:NoSchedule]")
 
 	g.flip(true, true)
 	g.reconcile()
-	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: want the disk group's gone too", got)
 	}
 	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]")
-	if got := g.node().Annotations[RemovedAnnotation]; got != fileTaint.Key+","+diskTaint.Key {
-		t.Fatalf("%s = %q, want both groups' taints, in the order they went", RemovedAnnotation, got)
+	if got := g.node().Annotations[startuptaint.RemovedAnnotation]; got != fileTaint.Key+","+diskTaint.Key {
+		t.Fatalf("%s = %q, want both groups' taints, in the order they went", startuptaint.RemovedAnnotation, got)
 	}
 	if g.patches != 2 {
 		t.Fatalf("%d patches, want one per removal", g.patches)
@@ -141,7 +143,7 @@ func TestGroupsThatPassTogetherGoInOnePatch(t *testing.T) {
 	if g.patches != 1 {
 		t.Fatalf("%d patches, want one for both groups", g.patches)
 	}
-	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v, want only the foreign one", got)
 	}
 	if _, locked := sent["metadata"].(map[string]any)["resourceVersion"]; !locked {
@@ -165,14 +167,14 @@ func TestAGroupTheAdmissionPolicyRefusesHoldsBackOnlyItself(t *testing.T) {
 		if err := json.Unmarshal(data, &sent); err != nil {
 			return err
 		}
-		if len(MatchingTaints(sent.Spec.Taints, []TaintSpec{{Key: fileTaint.Key}})) == 0 {
+		if len(startuptaint.MatchingTaints(sent.Spec.Taints, []startuptaint.TaintSpec{{Key: fileTaint.Key}})) == 0 {
 			return refused
 		}
 		return nil
 	})
 	g.flip(true, true)
 	wait := g.reconcile()
-	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign, fileTaint}) {
+	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, fileTaint}) {
 		t.Fatalf("taints %v: the disk group's taint must go although the file group's is refused", got)
 	}
 	if wait != time.Second {
@@ -193,7 +195,7 @@ func TestAGroupTheAdmissionPolicyRefusesHoldsBackOnlyItself(t *testing.T) {
 // Validation names each problem's field by its path, which cmd turns into a flag's name.
 func TestGroupsAreValidated(t *testing.T) {
 	gate := []gates.Gate{&flipGate{}}
-	disk := Group{Name: "disk", Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: gate}
+	disk := Group{Name: "disk", Taints: []startuptaint.TaintSpec{{Key: diskTaint.Key}}, Gates: gate}
 	tests := []struct {
 		name   string
 		change func(*NodeReconciler)
@@ -205,7 +207,7 @@ func TestGroupsAreValidated(t *testing.T) {
 		{"a nameless group among several", func(r *NodeReconciler) { r.Groups[1].Name = "" }, `groups[1].name: Invalid value: ""`},
 		{"a name taken twice", func(r *NodeReconciler) { r.Groups[1].Name = "disk" }, `groups[1].name: Duplicate value: "disk"`},
 		{"a taint key in two groups", func(r *NodeReconciler) {
-			r.Groups[1].Taints = []TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}}
+			r.Groups[1].Taints = []startuptaint.TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}}
 		}, `groups[1].taints[0]: Forbidden: disk.example.com/agent-not-ready is group disk's too`},
 		{"a condition type in two groups", func(r *NodeReconciler) {
 			r.Groups[0].ConditionType, r.Groups[1].ConditionType = "example.com/Ready", "example.com/Ready"
@@ -231,7 +233,7 @@ func TestGroupsAreValidated(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &NodeReconciler{NodeName: "n1", Groups: []Group{disk,
-				{Name: "file", Taints: []TaintSpec{{Key: fileTaint.Key}}, Gates: gate}}}
+				{Name: "file", Taints: []startuptaint.TaintSpec{{Key: fileTaint.Key}}, Gates: gate}}}
 			if errs := r.Validate(); len(errs) > 0 {
 				t.Fatalf("the valid groups: %v", errs)
 			}
@@ -251,7 +253,7 @@ func TestAGroupsRetaintGoesInTheSamePatchAsAnotherGroupsRemoval(t *testing.T) {
 	g := newGroupsTest(t, nil)
 	g.set(func(r *NodeReconciler) {
 		r.RetaintAfter = 30 * time.Second
-		r.Groups[0].Taints = []TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoExecute}}
+		r.Groups[0].Taints = []startuptaint.TaintSpec{{Key: diskTaint.Key, Effect: corev1.TaintEffectNoExecute}}
 	})
 	g.flip(true, false)
 	g.reconcile()
@@ -263,7 +265,7 @@ func TestAGroupsRetaintGoesInTheSamePatchAsAnotherGroupsRemoval(t *testing.T) {
 	before := g.patches
 	g.reconcile()
 	back := corev1.Taint{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}
-	if got := g.taints(); !equalTaints(got, []corev1.Taint{foreign, back}) {
+	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, back}) {
 		t.Fatalf("taints %v: want the file group's removed and the disk group's put back", got)
 	}
 	if got := g.patches - before; got != 1 {
@@ -276,7 +278,7 @@ func TestALoneGroupsGateIsLabelledByItsName(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-b", diskTaint)).Build()
 	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1", Recorder: events.NewFakeRecorder(10),
 		Clock:  clocktesting.NewFakeClock(testStart),
-		Groups: []Group{{Taints: []TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{&flipGate{}}}}}
+		Groups: []Group{{Taints: []startuptaint.TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{&flipGate{}}}}}
 	if errs := r.Validate(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -292,7 +294,7 @@ func TestALoneGroupsGateIsLabelledByItsName(t *testing.T) {
 }
 
 func TestConditionsOnlyNeedsAConditionAndRefusesTaintWrites(t *testing.T) {
-	group := Group{Taints: []TaintSpec{{Key: "readiness.k8s.io/EBSCSIDriverReady"}}, Gates: []gates.Gate{&flipGate{}}}
+	group := Group{Taints: []startuptaint.TaintSpec{{Key: "readiness.k8s.io/EBSCSIDriverReady"}}, Gates: []gates.Gate{&flipGate{}}}
 	for _, tc := range []struct {
 		name   string
 		change func(*NodeReconciler)

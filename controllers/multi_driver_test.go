@@ -20,6 +20,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -66,7 +67,7 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 						node.Labels = map[string]string{}
 					}
 					node.Labels["writer.example.com/seq"] = label
-					node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: own.Key}})
+					node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: own.Key}})
 					if taint {
 						node.Spec.Taints = append(node.Spec.Taints, own)
 					}
@@ -82,8 +83,8 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		DeferCleanup(stopWriter)
 
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{
-			{Name: "disk", Taints: []controllers.TaintSpec{{Key: diskTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(diskDriver.Path())).Gates},
-			{Name: "file", Taints: []controllers.TaintSpec{{Key: fileTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(fileDriver.Path())).Gates},
+			{Name: "disk", Taints: []startuptaint.TaintSpec{{Key: diskTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(diskDriver.Path())).Gates},
+			{Name: "file", Taints: []startuptaint.TaintSpec{{Key: fileTaint.Key}}, Gates: controllers.CSIDriverGroup(nodeName, csiGate(fileDriver.Path())).Gates},
 		}})
 
 		By("the file driver, ready and registered: its taint goes, the disk driver's stays")
@@ -115,8 +116,8 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		} else {
 			Expect(node.Spec.Taints).NotTo(hasTaintKey(own.Key))
 		}
-		Expect(node.Annotations).To(HaveKeyWithValue(controllers.RemovedAnnotation, fileTaint.Key+","+diskTaint.Key), "in the order they went")
-		Eventually(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.EventReasonTaintRemoved) }).Should(Equal(2))
+		Expect(node.Annotations).To(HaveKeyWithValue(startuptaint.RemovedAnnotation, fileTaint.Key+","+diskTaint.Key), "in the order they went")
+		Eventually(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, startuptaint.EventReasonTaintRemoved) }).Should(Equal(2))
 		AddReportEntry("groups race", fmt.Sprintf("%d writes by the racing writer", writes.Load()))
 	})
 })

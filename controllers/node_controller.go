@@ -40,6 +40,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // DefaultProbeInterval is how often the probed gates (gates.Probed) are checked when ProbeInterval is zero.
@@ -54,10 +55,6 @@ const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
 // conflictBackoff spaces the retries of a patch that lost a race with another writer; jitter
 // keeps two agents that conflict once from conflicting again in lockstep.
 var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 1}
-
-// EventSource names the controller in the events it records; the admission policy lets the agent
-// record events only as it.
-const EventSource = "startup-taint-remover"
 
 // NodeReconciler removes its groups' startup taints from one Node once every readiness gate of
 // the group passes, and keeps doing so for its whole life: a taint re-added later is removed again
@@ -91,7 +88,7 @@ type NodeReconciler struct {
 	MaxWait time.Duration
 	// RetaintAfter, when positive, turns on continuous mode: once no startup taint of a group is on
 	// the Node and one of its gates has not passed for this long without interruption,
-	// RetaintSpec(the group's Taints) goes back on, and it comes off again once every gate of the
+	// startuptaint.RetaintSpec(the group's Taints) goes back on, and it comes off again once every gate of the
 	// group has passed for as long. It needs Taints in every group.
 	RetaintAfter time.Duration
 	// DryRun evaluates everything and never writes to the Node: where it would remove the startup
@@ -101,9 +98,9 @@ type NodeReconciler struct {
 	// ConditionsOnly publishes each group's verdict as its ConditionType condition and never
 	// writes a taint, for clusters where another controller (node-readiness-controller, a
 	// platform's) removes the taint that the condition gates. Every group needs a ConditionType;
-	// the Taints are then only observed (startup_taint_present, EventReasonRegisteredWithoutTaint).
+	// the Taints are then only observed (startup_taint_present, startuptaint.EventReasonRegisteredWithoutTaint).
 	ConditionsOnly bool
-	// Recorder records events on the Node; the manager's, for EventSource, when nil.
+	// Recorder records events on the Node; the manager's, for startuptaint.EventSource, when nil.
 	Recorder events.EventRecorder
 	// Confinement, when set, checks at start, and whenever the patches change between forbidden
 	// and allowed, that the API server admits the removal of this agent's startup taints and that
@@ -276,14 +273,14 @@ func (w *wiring) from(mgr ctrl.Manager) {
 		w.reader = mgr.GetAPIReader()
 	}
 	if w.recorder == nil {
-		w.recorder = mgr.GetEventRecorder(EventSource)
+		w.recorder = mgr.GetEventRecorder(startuptaint.EventSource)
 	}
 }
 
 // servedTaints returns every group's startup taints that are known: a CSI group's default taint
 // is known once its driver has told its name.
-func (r *NodeReconciler) servedTaints() []TaintSpec {
-	specs := make([]TaintSpec, 0, len(r.running))
+func (r *NodeReconciler) servedTaints() []startuptaint.TaintSpec {
+	specs := make([]startuptaint.TaintSpec, 0, len(r.running))
 	for _, g := range r.running {
 		specs = append(specs, g.taintSpecs(true)...)
 	}
@@ -528,7 +525,7 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 		// Skipped when it changes nothing: the taints and the boot record are all it writes (the
 		// removed record changes only with the taints).
 		if equality.Semantic.DeepEqual(orig.Spec.Taints, node.Spec.Taints) &&
-			orig.Annotations[BootAnnotation] == node.Annotations[BootAnnotation] {
+			orig.Annotations[startuptaint.BootAnnotation] == node.Annotations[startuptaint.BootAnnotation] {
 			sent = nil
 			return nil
 		}
@@ -550,10 +547,10 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 
 // specsSelecting returns the specs that select at least one of taints: the ones a removal attempt
 // is about, and so the taint labels its metrics carry.
-func specsSelecting(taints []corev1.Taint, specs []TaintSpec) []TaintSpec {
-	var out []TaintSpec
+func specsSelecting(taints []corev1.Taint, specs []startuptaint.TaintSpec) []startuptaint.TaintSpec {
+	var out []startuptaint.TaintSpec
 	for _, spec := range specs {
-		if len(MatchingTaints(taints, []TaintSpec{spec})) > 0 {
+		if len(startuptaint.MatchingTaints(taints, []startuptaint.TaintSpec{spec})) > 0 {
 			out = append(out, spec)
 		}
 	}

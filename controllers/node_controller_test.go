@@ -23,6 +23,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -108,7 +109,7 @@ var _ = Describe("NodeReconciler", func() {
 			// The deadline counts from creationTimestamp, which has whole seconds.
 			Expect(time.Since(created)).To(BeNumerically(">=", 2*time.Second))
 			Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(other))
-			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemovedUnready))
+			Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintRemovedUnready))
 		})
 
 		It("reads an unset ready field as ready", func(ctx SpecContext) {
@@ -232,7 +233,7 @@ var _ = Describe("NodeReconciler", func() {
 			createNode(ctx, nodeName, noSchedule, noExecute)
 			registerDriver(ctx, nodeName, nil)
 			startFor(fakecsi.Ready, func(r *controllers.NodeReconciler) {
-				r.Groups[0].Taints = []controllers.TaintSpec{{Key: noExecute.Key, Effect: corev1.TaintEffectNoExecute}}
+				r.Groups[0].Taints = []startuptaint.TaintSpec{{Key: noExecute.Key, Effect: corev1.TaintEffectNoExecute}}
 			})
 			Eventually(func(g Gomega) {
 				g.Expect(nodeTaints(g, ctx, nodeName)).To(ConsistOf(noSchedule))
@@ -258,7 +259,7 @@ var _ = Describe("NodeReconciler", func() {
 					key := fmt.Sprintf("writer.example.com/t%d", i%7)
 					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 						if writerState[key] {
-							node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
+							node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: key}})
 						} else {
 							node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
 						}
@@ -272,7 +273,7 @@ var _ = Describe("NodeReconciler", func() {
 				defer wg.Done()
 				for range 30 {
 					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
-						if len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) == 0 {
+						if len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})) == 0 {
 							node.Spec.Taints = append(node.Spec.Taints, startupTaint)
 						}
 					})).To(Succeed())
@@ -322,7 +323,7 @@ var _ = Describe("NodeReconciler", func() {
 			}
 			setReady(false)
 			startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
-				Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+				Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}},
 				Gates:  []gates.Gate{gates.NewContainerGate(nodeName, client.ObjectKeyFromObject(pod), "driver")},
 			}}})
 			expectTaintStays(ctx)
@@ -349,7 +350,7 @@ var _ = Describe("NodeReconciler", func() {
 			startManager(&controllers.NodeReconciler{
 				NodeName: nodeName,
 				Groups: []controllers.Group{{
-					Taints: []controllers.TaintSpec{{Key: cniTaint.Key}},
+					Taints: []startuptaint.TaintSpec{{Key: cniTaint.Key}},
 					Gates:  []gates.Gate{gates.NewHTTPGate(srv.URL+"/healthz", time.Second)},
 				}},
 			})

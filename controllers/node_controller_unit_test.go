@@ -26,6 +26,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -45,7 +46,7 @@ func newTestReconciler(t *testing.T, c client.Client, checks ...gates.Gate) *Nod
 		Client:    c,
 		APIReader: c,
 		NodeName:  "n1",
-		Groups:    []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: checks}},
+		Groups:    []Group{{Taints: []startuptaint.TaintSpec{{Key: startup.Key}}, Gates: checks}},
 		Recorder:  events.NewFakeRecorder(100),
 		Clock:     clocktesting.NewFakeClock(testStart),
 	}
@@ -109,7 +110,7 @@ func TestReconcileRetriesAConflictAndKeepsTheOtherWritersTaint(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {
 		t.Fatal(err)
 	}
-	if !equalTaints(got.Spec.Taints, []corev1.Taint{foreign}) {
+	if !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) {
 		t.Fatalf("taints = %v, want only the other writer's %v", got.Spec.Taints, foreign)
 	}
 }
@@ -230,8 +231,8 @@ func TestRefusedBacksOffToFiveMinutesAndReportsOnce(t *testing.T) {
 			if len(recorder.Events) != 1 {
 				t.Fatalf("%d events for the same failure, want 1", len(recorder.Events))
 			}
-			if e := <-recorder.Events; !strings.Contains(e, EventReasonRemovalFailed) {
-				t.Fatalf("event %q, want %s", e, EventReasonRemovalFailed)
+			if e := <-recorder.Events; !strings.Contains(e, startuptaint.EventReasonRemovalFailed) {
+				t.Fatalf("event %q, want %s", e, startuptaint.EventReasonRemovalFailed)
 			}
 		})
 	}

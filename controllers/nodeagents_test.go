@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // The node agents' gate holds the taint while a DaemonSet's pod is not Ready here, names it in
@@ -73,5 +74,5 @@ func hasStartup(t *testing.T, c client.Client) bool {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	return len(MatchingTaints(node.Spec.Taints, []TaintSpec{{Key: startup.Key}})) > 0
+	return len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startup.Key}})) > 0
 }

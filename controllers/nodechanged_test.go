@@ -15,6 +15,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // nodeWithConditions is the unit tests' Node with these conditions, set at a given heartbeat.
@@ -44,7 +45,7 @@ func withNewBoot(n *corev1.Node) *corev1.Node {
 // Kubelet rewrites every condition's heartbeat every few seconds on every Node: only a change of a
 // required condition may cost a reconcile.
 func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
-	r := &NodeReconciler{NodeName: "n1", Groups: []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}},
+	r := &NodeReconciler{NodeName: "n1", Groups: []Group{{Name: "net", Taints: []startuptaint.TaintSpec{{Key: startup.Key}},
 		Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}}
 	r.build()
 	changed := r.nodeChanged()
@@ -72,7 +73,7 @@ func TestOnlyARequiredConditionsChangeCausesAReconcile(t *testing.T) {
 func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-nc", startup))
 	e.set(func(r *NodeReconciler) {
-		r.Groups = []Group{{Name: "net", Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}
+		r.Groups = []Group{{Name: "net", Taints: []startuptaint.TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{gates.NewNodeConditionGate(networkRequirement)}}}
 	})
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal WaitingForAgent Holding startup taints: node-condition gate of group net: "+
@@ -88,7 +89,7 @@ func TestTheTaintGoesWhenTheRequiredConditionHolds(t *testing.T) {
 	}
 	count, sum := histogram(t, metrics.Default().ReadyToRemovedSeconds)
 	e.reconcile()
-	if got := e.taints(); len(MatchingTaints(got, []TaintSpec{{Key: startup.Key}})) > 0 {
+	if got := e.taints(); len(startuptaint.MatchingTaints(got, []startuptaint.TaintSpec{{Key: startup.Key}})) > 0 {
 		t.Fatalf("taints %v: want the startup taint gone", got)
 	}
 	afterCount, afterSum := histogram(t, metrics.Default().ReadyToRemovedSeconds)

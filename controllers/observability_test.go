@@ -20,6 +20,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -62,13 +63,13 @@ var _ = Describe("Observability", func() {
 		createNode(ctx, nodeName, taint)
 		driver := startDriver(fakecsi.NotReady)
 		group := controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))
-		group.Taints = []controllers.TaintSpec{{Key: key}}
+		group.Taints = []startuptaint.TaintSpec{{Key: key}}
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{group}})
 
 		By("holding the taint while the driver is not ready")
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key)) }).Should(Equal(1.0))
 		Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("csi")) }).Should(Equal(0.0))
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonWaitingForDriver))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonWaitingForDriver))
 		Expect(testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultRemoved))).To(BeZero())
 
 		By("removing it once the driver is ready and registered")
@@ -87,7 +88,7 @@ var _ = Describe("Observability", func() {
 		// Observed right after the counters move: wait for them.
 		Eventually(func() uint64 { return observed(metrics.Default().RemovalSeconds) }).Should(Equal(firstRemovals+1), "the node's first removal is measured")
 		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 1))
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintRemoved))
 
 		By("counting a re-added taint once and removing it again")
 		Consistently(func() float64 {
@@ -101,7 +102,7 @@ var _ = Describe("Observability", func() {
 		Expect(testutil.ToFloat64(metrics.Default().Present.WithLabelValues(key))).To(Equal(0.0))
 		Eventually(func() uint64 { return observed(metrics.Default().ReadyToRemovedSeconds) }).Should(Equal(reactions + 2))
 		Expect(observed(metrics.Default().RemovalSeconds)).To(Equal(firstRemovals+1), "only a node's first removal counts from its creation")
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemovedAgain))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintRemovedAgain))
 
 		By("exposing well-formed metrics")
 		problems, err := testutil.CollectAndLint(metrics.Default().Present)
@@ -121,25 +122,25 @@ var _ = Describe("Observability", func() {
 
 	It("warns once about a Node that registered without its startup taint, and never about one whose taint was removed before", func(ctx SpecContext) {
 		key := "missing.example.com/" + nodeName
-		spec := []controllers.TaintSpec{{Key: key}}
+		spec := []startuptaint.TaintSpec{{Key: key}}
 		createNode(ctx, nodeName)
 		startManager(&controllers.NodeReconciler{NodeName: nodeName,
 			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
 		warnings := func(g Gomega) int {
-			return eventOccurrences(g, ctx, nodeName, controllers.EventReasonRegisteredWithoutTaint)
+			return eventOccurrences(g, ctx, nodeName, startuptaint.EventReasonRegisteredWithoutTaint)
 		}
 		Eventually(warnings).Should(Equal(1))
 		Expect(testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(key))).To(Equal(1.0))
 		By("later changes of the Node, and the taint coming and going, report nothing more")
 		readdTaint(ctx, nodeName, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute})
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintRemoved))
 		Consistently(warnings, time.Second).Should(Equal(1))
 
 		By("a restarted agent on a Node whose taint an agent removed before")
 		restarted := uniqueNodeName()
 		node := createNode(ctx, restarted)
 		Expect(expectations.UpdateNode(ctx, k8sClient, node.Name, func(n *corev1.Node) {
-			n.Annotations = map[string]string{controllers.RemovedAnnotation: key}
+			n.Annotations = map[string]string{startuptaint.RemovedAnnotation: key}
 		})).To(Succeed())
 		startManager(&controllers.NodeReconciler{NodeName: restarted,
 			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
@@ -151,13 +152,15 @@ var _ = Describe("Observability", func() {
 		registerDriver(ctx, nodeName, nil)
 		driver := startDriver(fakecsi.NotReady)
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{controllers.CSIDriverGroup(nodeName, csiGate(driver.Path()))}})
-		waits := func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, controllers.EventReasonWaitingForDriver) }
+		waits := func(g Gomega) int {
+			return eventOccurrences(g, ctx, nodeName, startuptaint.EventReasonWaitingForDriver)
+		}
 		Eventually(waits).Should(Equal(1))
 		present := metrics.Default().Present.WithLabelValues(startupTaint.Key)
 
 		By("another writer removing the taint, and the agent seeing it gone")
 		Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(n *corev1.Node) {
-			n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})
+			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})
 		})).To(Succeed())
 		Eventually(func() float64 { return testutil.ToFloat64(present) }).Should(BeZero())
 
@@ -185,12 +188,12 @@ var _ = Describe("Observability", func() {
 		// The reconciler sends at most one WaitingForDriver per gate and reason class while the
 		// taint is held (here csi/not_ready and csinode/not_registered), and the events API folds
 		// repeats into a series: 30 gate changes leave at most 2 occurrences.
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonWaitingForDriver))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonWaitingForDriver))
 		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, nodeName, "") }).Should(BeNumerically("<=", 2))
 
 		registerDriver(ctx, nodeName, nil)
 		driver.SetReadiness(fakecsi.Ready)
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonTaintRemoved))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonTaintRemoved))
 		Expect(eventOccurrences(Default, ctx, nodeName, "")).To(BeNumerically("<=", 3))
 	})
 })

@@ -7,13 +7,14 @@ import (
 	"context"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // plan is what one reconcile decided for one group, and, once written, what the write did.
 type plan struct {
 	g     *group
-	specs []TaintSpec
+	specs []startuptaint.TaintSpec
 	// now is when the reconcile began: the one time its observations and decisions are made at.
 	now        time.Time
 	obs        observation
@@ -28,7 +29,7 @@ type plan struct {
 	forced bool
 	// retaint is the taint put back now, and cause why: continuous mode's failing gate, unless
 	// the Node rebooted (causeReboot).
-	retaint *TaintSpec
+	retaint *startuptaint.TaintSpec
 	cause   string
 	// recordBoot is set when the boot record alone is brought up to this boot (reboot.go).
 	recordBoot bool
@@ -56,7 +57,7 @@ func (p *plan) changes() bool { return p.remove || p.retaint != nil || p.recordB
 func (p *plan) apply(n *corev1.Node) {
 	switch {
 	case p.retaint != nil:
-		if len(MatchingTaints(n.Spec.Taints, []TaintSpec{*p.retaint})) == 0 {
+		if len(startuptaint.MatchingTaints(n.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0 {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: p.retaint.Key, Effect: p.retaint.Effect})
 		}
 	case p.remove:
@@ -66,22 +67,22 @@ func (p *plan) apply(n *corev1.Node) {
 	}
 }
 
-// removeTaints removes the taints specs select from n, and records them in RemovedAnnotation and
-// this boot in BootAnnotation: the change a removal sends, and the one the confinement check asks
+// removeTaints removes the taints specs select from n, and records them in startuptaint.RemovedAnnotation and
+// this boot in startuptaint.BootAnnotation: the change a removal sends, and the one the confinement check asks
 // the API server about.
-func removeTaints(n *corev1.Node, specs []TaintSpec) {
+func removeTaints(n *corev1.Node, specs []startuptaint.TaintSpec) {
 	selecting := specsSelecting(n.Spec.Taints, specs)
 	if len(selecting) == 0 {
 		return
 	}
-	// In the same patch, so a later process knows these were removed once (see RemovedAnnotation),
-	// and in which boot (see BootAnnotation).
+	// In the same patch, so a later process knows these were removed once (see startuptaint.RemovedAnnotation),
+	// and in which boot (see startuptaint.BootAnnotation).
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}
-	n.Annotations[RemovedAnnotation] = withRemoved(n, selecting)
+	n.Annotations[startuptaint.RemovedAnnotation] = withRemoved(n, selecting)
 	recordBoot(n, specKeys(specs))
-	n.Spec.Taints = WithoutTaints(n.Spec.Taints, specs)
+	n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, specs)
 }
 
 // removed returns the group's taints the write removed.
@@ -89,12 +90,12 @@ func (p *plan) removed() []corev1.Taint {
 	if p.orig == nil {
 		return nil
 	}
-	return MatchingTaints(p.orig.Spec.Taints, p.specs)
+	return startuptaint.MatchingTaints(p.orig.Spec.Taints, p.specs)
 }
 
 // retainted reports whether the write put the plan's taint back.
 func (p *plan) retainted() bool {
-	return p.orig != nil && len(MatchingTaints(p.orig.Spec.Taints, []TaintSpec{*p.retaint})) == 0
+	return p.orig != nil && len(startuptaint.MatchingTaints(p.orig.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0
 }
 
 // write sends the plans' changes to the Node in one locked patch, and records its outcome in each

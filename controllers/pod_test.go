@@ -14,6 +14,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 var _ = Describe("The pod gate (another DaemonSet's agent)", func() {
@@ -25,7 +26,7 @@ var _ = Describe("The pod gate (another DaemonSet's agent)", func() {
 		cni, err := gates.ParsePodRequirement(ns.Name + "/k8s-app=cni-agent")
 		Expect(err).NotTo(HaveOccurred())
 		startManager(&controllers.NodeReconciler{NodeName: nodeName, Groups: []controllers.Group{{
-			Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewPodGate(nodeName, cni)},
+			Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewPodGate(nodeName, cni)},
 		}}})
 		pod := func(name, node, app string) *corev1.Pod {
 			GinkgoHelper()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // A rebooted node keeps its Node object, and kubelet's --register-with-taints acts only when the
@@ -28,15 +29,9 @@ const (
 	causeCordon   = "cordon"
 )
 
-// BootAnnotation records, for each startup taint key, the Node's boot ID (status.nodeInfo.bootID)
-// when an agent last removed that taint or found its gates passing, as KEY=BOOTID entries,
-// comma-separated. The admission policy lets an agent set only its own keys' entries, only to the
-// Node's boot ID.
-const BootAnnotation = "startup-taint-remover.github.io/boot"
-
-// bootEntries returns BootAnnotation's entries as written, nil when the Node has none.
+// bootEntries returns startuptaint.BootAnnotation's entries as written, nil when the Node has none.
 func bootEntries(n *corev1.Node) []string {
-	v, ok := n.Annotations[BootAnnotation]
+	v, ok := n.Annotations[startuptaint.BootAnnotation]
 	if !ok {
 		return nil
 	}
@@ -63,7 +58,7 @@ func recordedBoot(n *corev1.Node, key string) (string, bool) {
 }
 
 // specKeys are the distinct keys of specs, in order.
-func specKeys(specs []TaintSpec) []string {
+func specKeys(specs []startuptaint.TaintSpec) []string {
 	keys := make([]string, 0, len(specs))
 	for _, s := range specs {
 		if !slices.Contains(keys, s.Key) {
@@ -95,7 +90,7 @@ func recordBoot(n *corev1.Node, keys []string) {
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}
-	n.Annotations[BootAnnotation] = strings.Join(entries, ",")
+	n.Annotations[startuptaint.BootAnnotation] = strings.Join(entries, ",")
 }
 
 // rebooted reports whether the Node booted again since key's boot was recorded.
@@ -110,13 +105,13 @@ func rebooted(n *corev1.Node, key string) bool {
 // (gates.AfterReboot).
 func (g *group) bootedAgain(node *corev1.Node) bool {
 	specs := g.startupSpecs()
-	return len(specs) > 0 && rebooted(node, RetaintSpec(specs).Key)
+	return len(specs) > 0 && rebooted(node, startuptaint.RetaintSpec(specs).Key)
 }
 
 // bootBehind reports whether the record should be brought up to this boot for the group's specs:
 // an entry of theirs is from another boot, or one is missing while the Node's removed record says
 // the taint was removed once (by an agent from before the boot record, or its entry was lost).
-func bootBehind(n *corev1.Node, specs []TaintSpec) bool {
+func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
 	boot := n.Status.NodeInfo.BootID
 	if boot == "" {
 		return false
@@ -131,7 +126,7 @@ func bootBehind(n *corev1.Node, specs []TaintSpec) bool {
 	return false
 }
 
-// putsBack reports whether the group's taint in the form an agent puts back (RetaintSpec) is the
+// putsBack reports whether the group's taint in the form an agent puts back (startuptaint.RetaintSpec) is the
 // agent's to remove: in continuous mode, and on a Node whose boot was recorded for the group,
 // where an agent puts it back after a reboot or at a shutdown. Elsewhere a taint of the same key
 // in that form is another writer's, unless a spec selects it.
@@ -140,7 +135,7 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 	if len(specs) == 0 {
 		return false
 	}
-	_, recorded := recordedBoot(node, RetaintSpec(specs).Key)
+	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
 	return r.RetaintAfter > 0 || recorded
 }
 
@@ -171,7 +166,7 @@ func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, p *plan) bool {
 	if !node.Spec.Unschedulable || !r.putsBack(p.g, node) {
 		return false
 	}
-	back := RetaintSpec(p.specs)
+	back := startuptaint.RetaintSpec(p.specs)
 	for _, t := range p.obs.held {
 		if t.Key != back.Key || t.Effect != back.Effect {
 			return false

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // updateStatus changes the Node's status as kubelet would.
@@ -43,8 +45,8 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAfterReboot))
 	e.ready(true)
 	e.reconcile()
-	if got := e.node().Annotations[BootAnnotation]; got != startup.Key+"=boot-1" {
-		t.Fatalf("%s = %q after the removal, want the boot it was removed in", BootAnnotation, got)
+	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-1" {
+		t.Fatalf("%s = %q after the removal, want the boot it was removed in", startuptaint.BootAnnotation, got)
 	}
 	e.events()
 
@@ -54,7 +56,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	if wait := e.reconcile(); wait != 0 {
 		t.Fatalf("requeue after %s, want the taint back at once", wait)
 	}
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the reboot, want %v back", got, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -66,17 +68,17 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	// The driver is back: the taint goes, and the record names this boot.
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v once the gates pass, want only %v", got, foreign)
 	}
-	if got := e.node().Annotations[BootAnnotation]; got != startup.Key+"=boot-2" {
-		t.Fatalf("%s = %q, want this boot", BootAnnotation, got)
+	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-2" {
+		t.Fatalf("%s = %q, want this boot", startuptaint.BootAnnotation, got)
 	}
 
 	// The agent's own rollout in the same boot, with its driver restarting too: no re-taint.
 	e.restart(false)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after a restart of the agent in the same boot", got)
 	}
 }
@@ -85,16 +87,16 @@ func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing
 	node := testNode("uid-b2", foreign)
 	node.Status.NodeInfo.BootID = "boot-2"
 	// Removed in boot 1, by an agent of this release; and another install's entry, kept.
-	node.Annotations = map[string]string{RemovedAnnotation: startup.Key, BootAnnotation: "example.com/other=boot-1," + startup.Key + "=boot-1"}
+	node.Annotations = map[string]string{startuptaint.RemovedAnnotation: startup.Key, startuptaint.BootAnnotation: "example.com/other=boot-1," + startup.Key + "=boot-1"}
 	e := newEpisodeTest(t, node)
 	e.ready(true)
 	e.reconcile()
-	if got := e.node().Annotations[BootAnnotation]; got != "example.com/other=boot-1,"+startup.Key+"=boot-2" {
-		t.Fatalf("%s = %q, want this boot in the agent's entry only, in its place", BootAnnotation, got)
+	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != "example.com/other=boot-1,"+startup.Key+"=boot-2" {
+		t.Fatalf("%s = %q, want this boot in the agent's entry only, in its place", startuptaint.BootAnnotation, got)
 	}
 	e.restart(false)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a restart after the record was brought up to date read as a reboot", got)
 	}
 }
@@ -102,13 +104,13 @@ func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing
 func TestARemovalByAnAgentFromBeforeTheBootRecordIsRecordedOnce(t *testing.T) {
 	node := testNode("uid-b3", foreign)
 	node.Status.NodeInfo.BootID = "boot-1"
-	node.Annotations = map[string]string{RemovedAnnotation: startup.Key}
+	node.Annotations = map[string]string{startuptaint.RemovedAnnotation: startup.Key}
 	e := newEpisodeTest(t, node)
 	e.ready(true)
 	e.reconcile()
 	after := e.node()
-	if got := after.Annotations[BootAnnotation]; got != startup.Key+"=boot-1" {
-		t.Fatalf("%s = %q, want this boot for the taint removed once", BootAnnotation, got)
+	if got := after.Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-1" {
+		t.Fatalf("%s = %q, want this boot for the taint removed once", startuptaint.BootAnnotation, got)
 	}
 	e.reconcile()
 	if e.node().ResourceVersion != after.ResourceVersion {
@@ -125,8 +127,8 @@ func TestWithoutABootIDOrARecordNothingGoesBack(t *testing.T) {
 			e := newEpisodeTest(t, node)
 			e.ready(false)
 			e.reconcile()
-			if got := e.node(); !equalTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[BootAnnotation] != "" {
-				t.Fatalf("taints %v, boot record %q: want nothing written", got.Spec.Taints, got.Annotations[BootAnnotation])
+			if got := e.node(); !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
+				t.Fatalf("taints %v, boot record %q: want nothing written", got.Spec.Taints, got.Annotations[startuptaint.BootAnnotation])
 			}
 		})
 	}
@@ -151,13 +153,13 @@ func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
 			node.Status.NodeInfo.BootID = "boot-1"
 			node.Status.Conditions = []corev1.NodeCondition{tt.ready}
 			if tt.record != "" {
-				node.Annotations = map[string]string{BootAnnotation: tt.record}
+				node.Annotations = map[string]string{startuptaint.BootAnnotation: tt.record}
 			}
 			e := newEpisodeTest(t, node)
 			e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtShutdown))
 			e.r.retaintAtShutdown(context.Background())
-			if got := e.taints(); !equalTaints(got, tt.want) {
+			if got := e.taints(); !expectations.EqualTaints(got, tt.want) {
 				t.Fatalf("taints %v as the agent stops, want %v", got, tt.want)
 			}
 			want := float64(len(tt.want) - 1)
@@ -189,7 +191,7 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 	// A drain before a reboot: the node is cordoned while its driver still works.
 	cordon(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v on a cordoned node, want %v back", got, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Normal TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -198,14 +200,14 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
 	}
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v: the gates pass, but the node is still cordoned", got)
 	}
 
 	// Uncordoned without a reboot: the taint goes at once.
 	cordon(false)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the uncordon, want only %v", got, foreign)
 	}
 }
@@ -216,7 +218,7 @@ func TestACordonWithoutABootRecordLeavesTheNodeAlone(t *testing.T) {
 	e := newEpisodeTest(t, node)
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a node whose taint no agent removed got one", got)
 	}
 }
@@ -225,12 +227,12 @@ func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *te
 	node := testNode("uid-c3", foreign)
 	node.Status.NodeInfo.BootID = "boot-1"
 	node.Spec.Unschedulable = true
-	node.Annotations = map[string]string{BootAnnotation: startup.Key + "=boot-1"}
+	node.Annotations = map[string]string{startuptaint.BootAnnotation: startup.Key + "=boot-1"}
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon))
 	e.r.retaintAtShutdown(context.Background())
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v as the agent stops on a cordoned node, want %v back", got, retaintTaint)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon)) - added; got != 1 {
@@ -258,7 +260,7 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	// The first boot: the gate does not pass, and is not heeded.
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v at the first boot, want the startup taint gone whatever the gate says", got)
 	}
 
@@ -266,13 +268,13 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	e.updateStatus(booted("boot-2"))
 	e.restart(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the reboot while the gate does not pass, want %v back", got, retaintTaint)
 	}
 	stale.err = nil
 	probe(e.r)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v once the gate passes", got)
 	}
 
@@ -280,7 +282,7 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	stale.err = errNotReady
 	e.restart(true)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after a restart in the same boot, want no re-taint", got)
 	}
 }

@@ -7,32 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-)
 
-// Refusal tags: every rule of the shipped admission policies (config/policy) ends its message with
-// one, in brackets, so the agent and the tests tell the rules apart by the tag, never by the prose.
-const (
-	RefusalSettings       = "settings"
-	RefusalUpdateOnly     = "update-only"
-	RefusalConditionsOnly = "conditions-only"
-	RefusalStatusOff      = "status-off"
-	RefusalNodeClaim      = "node-claim"
-	RefusalOwnNode        = "own-node"
-	RefusalTaints         = "taints"
-	RefusalSpec           = "spec"
-	RefusalMetadata       = "metadata"
-	RefusalRemovedRecord  = "removed-record"
-	RefusalBootRecord     = "boot-record"
-	RefusalNode           = "node"
-	RefusalStatus         = "status"
-	RefusalCondition      = "condition"
-	RefusalManagedEntries = "managed-fields-entries"
-	RefusalManagedGained  = "managed-fields-gained"
-	RefusalManagedLost    = "managed-fields-lost"
-	RefusalEventRegarding = "event-regarding"
-	RefusalEventReporter  = "event-reporter"
-	RefusalEventMetadata  = "event-metadata"
-	RefusalEventUpdate    = "event-update"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // refusalTag finds the tag that ends a policy's message: the last bracketed word of the API
@@ -72,14 +48,15 @@ func refusalAdvice(refusal error) string {
 	}
 	var setting string
 	switch tag := RefusalTag(refusal); tag {
-	case RefusalSettings:
+	case startuptaint.RefusalSettings:
 		setting = "its settings, which the refusal quotes: each must be valid and the agent's own (--taint, --retaint-after, --condition-type)"
-	case RefusalTaints, RefusalRemovedRecord, RefusalBootRecord:
+	case startuptaint.RefusalTaints, startuptaint.RefusalRemovedRecord, startuptaint.RefusalBootRecord:
 		setting = "--taint (with --config, each group's taints): its taintList must list every taint the agent removes, " +
 			"and its retaintAfter must be --retaint-after"
-	case RefusalStatusOff, RefusalStatus, RefusalCondition, RefusalConditionsOnly:
+	case startuptaint.RefusalStatusOff, startuptaint.RefusalStatus, startuptaint.RefusalCondition, startuptaint.RefusalConditionsOnly:
 		setting = "--condition-type and --conditions-only: its conditionType must name the same condition, in the same mode"
-	case RefusalMetadata, RefusalSpec, RefusalNode, RefusalManagedEntries, RefusalManagedGained, RefusalManagedLost:
+	case startuptaint.RefusalMetadata, startuptaint.RefusalSpec, startuptaint.RefusalNode,
+		startuptaint.RefusalManagedEntries, startuptaint.RefusalManagedGained, startuptaint.RefusalManagedLost:
 		changed := "the request"
 		if c := changedList.FindStringSubmatch(msg); c != nil {
 			changed = c[1]
@@ -88,7 +65,7 @@ func refusalAdvice(refusal error) string {
 			"engine's mutations): the agent sends no such change, so one of them changed %s on the way, and the admission "+
 			"policy %s refuses the result. Exclude the agent's service account from that mutation, or let it leave a "+
 			"request's other fields alone (see the runbook, RemovalRefused).", changed, m[1])
-	case RefusalUpdateOnly, RefusalNodeClaim, RefusalOwnNode:
+	case startuptaint.RefusalUpdateOnly, startuptaint.RefusalNodeClaim, startuptaint.RefusalOwnNode:
 		setting = "the agent's token: it must be a service-account token bound to its pod, on the Node it runs on (--node-name)"
 	default:
 		setting = untaggedSetting(msg)
@@ -118,5 +95,5 @@ func untaggedSetting(msg string) string {
 // refusedByPolicy tells the shipped policies' refusal from RBAC's or another policy's.
 func refusedByPolicy(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "ValidatingAdmissionPolicy") && strings.Contains(msg, PolicyMessagePrefix)
+	return strings.Contains(msg, "ValidatingAdmissionPolicy") && strings.Contains(msg, startuptaint.PolicyMessagePrefix)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -85,13 +86,13 @@ var _ = Describe("Reliability", func() {
 		logs := &logLines{}
 		startManagerAs(limited, funcr.New(logs.add, funcr.Options{}), &controllers.NodeReconciler{
 			NodeName: nodeName,
-			Groups:   []controllers.Group{{Taints: []controllers.TaintSpec{{Key: key}}, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
+			Groups:   []controllers.Group{{Taints: []startuptaint.TaintSpec{{Key: key}}, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
 		})
 
 		Eventually(func() float64 {
 			return testutil.ToFloat64(metrics.Default().Removals.WithLabelValues(key, metrics.ResultForbidden))
 		}).Should(BeNumerically(">=", 3), "retried")
-		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(controllers.EventReasonRemovalFailed))
+		Eventually(func(g Gomega) []string { return nodeEvents(g, ctx, nodeName) }).Should(ContainElement(startuptaint.EventReasonRemovalFailed))
 		Expect(logs.count("not allowed to remove startup taints")).To(Equal(1), "one clear error, not one per retry")
 		Expect(logs.count("Reconciler error")).To(BeZero())
 		Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(taint))
@@ -142,7 +143,7 @@ var _ = Describe("Reliability", func() {
 							switch i % 3 {
 							case 0:
 								if st.taints[key] {
-									node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: key}})
+									node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: key}})
 								} else {
 									node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
 								}
@@ -183,7 +184,7 @@ var _ = Describe("Reliability", func() {
 			defer wg.Done()
 			for range readds {
 				Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
-					node.Spec.Taints = append(controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}}), startupTaint)
+					node.Spec.Taints = append(startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}}), startupTaint)
 				})).To(Succeed())
 				readded.Add(1)
 				time.Sleep(10 * time.Millisecond)

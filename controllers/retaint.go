@@ -11,17 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
 // long enough, and comes off once every gate has passed for as long again.
-
-// RetaintSpec is the taint continuous mode puts back for the startup taints specs: the first
-// one's key with effect NoSchedule. Never NoExecute: the agent must not evict running pods, only
-// keep new ones away until its node's agent works again.
-func RetaintSpec(specs []TaintSpec) TaintSpec {
-	return TaintSpec{Key: specs[0].Key, Effect: corev1.TaintEffectNoSchedule}
-}
 
 // holdFor is how much longer a taint that came back is held although every gate passes: until
 // the gates have passed for RetaintAfter without interruption, so a flapping agent does not flap
@@ -49,7 +43,7 @@ func (r *NodeReconciler) planRetaint(p *plan) {
 	r.putBack(p, "")
 }
 
-// putBack plans the group's taint back (RetaintSpec) for cause, "" for continuous mode's; a dry
+// putBack plans the group's taint back (startuptaint.RetaintSpec) for cause, "" for continuous mode's; a dry
 // run only says it would, once per episode.
 func (r *NodeReconciler) putBack(p *plan, cause string) {
 	p.cause = cause
@@ -57,7 +51,7 @@ func (r *NodeReconciler) putBack(p *plan, cause string) {
 		p.wouldRetaint = p.g.state.firstWouldRetaint()
 		return
 	}
-	spec := RetaintSpec(p.specs)
+	spec := startuptaint.RetaintSpec(p.specs)
 	p.retaint = &spec
 }
 

@@ -20,6 +20,8 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // retaintTaint is what continuous mode puts back for startup: its key, NoSchedule.
@@ -27,7 +29,7 @@ var retaintTaint = corev1.Taint{Key: startup.Key, Effect: corev1.TaintEffectNoSc
 
 // retaintSpecs configure the startup taint with its effect, so the taint put back is one the
 // configured spec does not select.
-var retaintSpecs = []TaintSpec{{Key: startup.Key, Effect: corev1.TaintEffectNoExecute}}
+var retaintSpecs = []startuptaint.TaintSpec{{Key: startup.Key, Effect: corev1.TaintEffectNoExecute}}
 
 func (e *episodeTest) taints() []corev1.Taint {
 	e.t.Helper()
@@ -61,12 +63,12 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	if wait := e.reconcile(); wait != time.Second {
 		t.Fatalf("requeue after %s, want the rest of the grace, 1s", wait)
 	}
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v before the grace has passed", got)
 	}
 	e.clock.Step(time.Second)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the grace, want %v and %v", got, foreign, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -88,7 +90,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 		e.reconcile()
 		e.clock.Step(time.Second)
 	}
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v while the driver flaps", got)
 	}
 	expectEvents(t, e.events())
@@ -98,12 +100,12 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	e.reconcile()
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the hold time, want only %v", got, foreign)
 	}
 	expectEvents(t, e.events(), "Normal TaintRemovedAgain Startup taints [example.com/agent-not-ready:NoSchedule] came back and were removed again after 1m25s")
-	if got := e.node().Annotations[RemovedAnnotation]; got != "example.com/agent-not-ready:NoExecute,example.com/agent-not-ready:NoSchedule" {
-		t.Fatalf("%s = %q, want both the startup taint and the one put back", RemovedAnnotation, got)
+	if got := e.node().Annotations[startuptaint.RemovedAnnotation]; got != "example.com/agent-not-ready:NoExecute,example.com/agent-not-ready:NoSchedule" {
+		t.Fatalf("%s = %q, want both the startup taint and the one put back", startuptaint.RemovedAnnotation, got)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 0 {
 		t.Fatalf("startup_taint_readded_total rose by %v for the agent's own re-taint, want 0", got)
@@ -126,7 +128,7 @@ func TestRetaintNeverStartsBeforeTheFirstProbe(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if !equalTaints(node.Spec.Taints, []corev1.Taint{foreign}) {
+	if !expectations.EqualTaints(node.Spec.Taints, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a verdict nobody has probed put the taint back", node.Spec.Taints)
 	}
 }
@@ -135,7 +137,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	// An earlier process removed the startup taint and put it back; this one starts with the gate
 	// failing, long after the deadline.
 	node := testNode("uid-r3", foreign, retaintTaint)
-	node.Annotations = map[string]string{RemovedAnnotation: "example.com/agent-not-ready:NoExecute"}
+	node.Annotations = map[string]string{startuptaint.RemovedAnnotation: "example.com/agent-not-ready:NoExecute"}
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) {
 		r.Groups[0].Taints, r.RetaintAfter, r.MaxWait = retaintSpecs, 30*time.Second, time.Minute
@@ -143,7 +145,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	e.clock.Step(time.Hour)
 	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString()))
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v: the maximum wait forced off a taint that came back", got)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 1 {
@@ -155,7 +157,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	}
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	if got := e.taints(); !equalTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the hold time", got)
 	}
 }

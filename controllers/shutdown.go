@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -20,16 +21,13 @@ import (
 // boot it recorded (putsBack), so the node comes back from the reboot already tainted; any other
 // stop (a rollout of its DaemonSet, a deleted or evicted pod) leaves the Node alone.
 
-// NodeShuttingDownMessage is what kubelet's Ready condition says while it shuts the node down.
-const NodeShuttingDownMessage = "node is shutting down"
-
 // shutdownWriteTimeout bounds the read and the patch sent as the agent stops.
 const shutdownWriteTimeout = 5 * time.Second
 
 // shuttingDown reports whether kubelet says the Node is shutting down.
 func shuttingDown(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, NodeShuttingDownMessage) {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, startuptaint.NodeShuttingDownMessage) {
 			return true
 		}
 	}
@@ -73,10 +71,10 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 	for _, g := range r.running {
 		// Only where the agent will know the taint as its own after the boot (putsBack).
 		specs := g.taintSpecs(true)
-		if !r.putsBack(g, node) || len(MatchingTaints(node.Spec.Taints, specs)) > 0 {
+		if !r.putsBack(g, node) || len(startuptaint.MatchingTaints(node.Spec.Taints, specs)) > 0 {
 			continue
 		}
-		back := RetaintSpec(specs)
+		back := startuptaint.RetaintSpec(specs)
 		cause := causeShutdown
 		if !shuttingDown(node) {
 			cause = causeCordon

@@ -13,16 +13,12 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
-
-// RemovedAnnotation lists, comma-separated and in order, the startup taints (KEY[:EFFECT]) agents
-// have removed from this Node at least once, written in the patch that removes them: an agent that
-// starts later knows a taint it finds came back. The admission policy lets it only append its own.
-const RemovedAnnotation = "startup-taint-remover.github.io/removed"
 
 // RegistrationWindow is how young a Node must be, when the agent first sees it without a group's
 // startup taints and with no record of their removal, for that to be reported as a Node that
-// registered without them (EventReasonRegisteredWithoutTaint). An older Node is one the agent was
+// registered without them (startuptaint.EventReasonRegisteredWithoutTaint). An older Node is one the agent was
 // installed on, or restarted on, long after its registration: reporting those would raise one
 // event per node of a fleet at every rollout.
 const RegistrationWindow = 10 * time.Minute
@@ -36,7 +32,7 @@ type nodeState struct {
 	// present is, by spec, whether it was on the node at the last observation.
 	present map[string]bool
 	// removedBefore holds the specs (of this state's group) removed from this Node at least once,
-	// by this process or, through RemovedAnnotation, by an earlier one.
+	// by this process or, through startuptaint.RemovedAnnotation, by an earlier one.
 	removedBefore map[string]bool
 	// readded holds the specs that came back since their last removal.
 	readded map[string]bool
@@ -75,31 +71,31 @@ type observation struct {
 	// again is set when a held taint came back after an earlier removal.
 	again bool
 	// registeredWithout is set at the first observation of a Node younger than
-	// RegistrationWindow that carries none of the specs and whose RemovedAnnotation names none of
+	// RegistrationWindow that carries none of the specs and whose startuptaint.RemovedAnnotation names none of
 	// them: it registered without the group's startup taints.
 	registeredWithout bool
 }
 
 // observe records the Node's taints, as specs select them: one group's. A Node with a new UID
-// (re-created under the same name) starts a new history; RemovedAnnotation tells which of specs
+// (re-created under the same name) starts a new history; startuptaint.RemovedAnnotation tells which of specs
 // were removed before this process (another group's entries are that group's history). retaint
 // is the spec continuous mode puts back (empty when it is off): only an agent puts it on a Node,
 // so once any of specs has been removed, finding it means it came back.
-func (s *nodeState) observe(node *corev1.Node, specs []TaintSpec, retaint string, now time.Time) observation {
+func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, retaint string, now time.Time) observation {
 	first := s.uid != node.UID || s.present == nil
 	if first {
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
 			readded: map[string]bool{}, waitEvents: map[string]bool{}}
 	}
 	for _, removed := range removedSpecs(node) {
-		if slices.ContainsFunc(specs, func(spec TaintSpec) bool { return spec.String() == removed }) {
+		if slices.ContainsFunc(specs, func(spec startuptaint.TaintSpec) bool { return spec.String() == removed }) {
 			s.removedBefore[removed] = true
 		}
 	}
-	obs := observation{held: MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
+	obs := observation{held: startuptaint.MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
 	for _, spec := range specs {
 		key := spec.String()
-		present := len(MatchingTaints(node.Spec.Taints, []TaintSpec{spec})) > 0
+		present := len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{spec})) > 0
 		removedBefore := s.removedBefore[key] || key == retaint && len(s.removedBefore) > 0
 		if present && !s.present[key] && removedBefore {
 			obs.cameBack = append(obs.cameBack, key)
@@ -180,7 +176,7 @@ func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdic
 // recordRetaint records that continuous mode put spec back: it starts an episode whose removal
 // is reported as the taint's return, without reporting the agent's own write as a taint that
 // came back.
-func (s *nodeState) recordRetaint(spec TaintSpec, gerr *gateError, now time.Time) {
+func (s *nodeState) recordRetaint(spec startuptaint.TaintSpec, gerr *gateError, now time.Time) {
 	key := spec.String()
 	s.present[key], s.readded[key] = true, true
 	s.heldSince = now
@@ -228,7 +224,8 @@ type removal struct {
 }
 
 // recordRemoval records that the taints specs selected were removed, and ends the episode.
-func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, specs []TaintSpec, readySince, now time.Time) removal {
+func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, specs []startuptaint.TaintSpec,
+	readySince, now time.Time) removal {
 	rem := removal{
 		taints:             taintStrings(removed),
 		heldFor:            now.Sub(s.heldSince),
@@ -271,21 +268,21 @@ func (s *nodeState) recordFailure(result string) failure {
 	return f
 }
 
-// removedSpecs reads RemovedAnnotation.
+// removedSpecs reads startuptaint.RemovedAnnotation.
 func removedSpecs(node *corev1.Node) []string {
-	v := node.Annotations[RemovedAnnotation]
+	v := node.Annotations[startuptaint.RemovedAnnotation]
 	if v == "" {
 		return nil
 	}
 	return strings.Split(v, ",")
 }
 
-// withRemoved returns RemovedAnnotation's value with the specs it does not list yet appended,
+// withRemoved returns startuptaint.RemovedAnnotation's value with the specs it does not list yet appended,
 // each once. The value is only ever appended to: the admission policy checks an addition by its
 // prefix, at a cost that does not grow with what other writers put before it.
-func withRemoved(node *corev1.Node, specs []TaintSpec) string {
+func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
 	all := removedSpecs(node)
-	value := node.Annotations[RemovedAnnotation]
+	value := node.Annotations[startuptaint.RemovedAnnotation]
 	for _, spec := range specs {
 		s := spec.String()
 		switch {

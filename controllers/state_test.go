@@ -27,6 +27,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // testStart is when the test Nodes were created, on the reconcilers' fake clocks.
@@ -227,8 +228,8 @@ func TestANewProcessKnowsTheNodesFirstRemovalFromTheNode(t *testing.T) {
 	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if got := node.Annotations[RemovedAnnotation]; got != startup.Key {
-		t.Fatalf("%s = %q, want %q, written with the removal", RemovedAnnotation, got, startup.Key)
+	if got := node.Annotations[startuptaint.RemovedAnnotation]; got != startup.Key {
+		t.Fatalf("%s = %q, want %q, written with the removal", startuptaint.RemovedAnnotation, got, startup.Key)
 	}
 
 	// A restart (a new reconciler, no memory), then the taint is re-added.
@@ -303,7 +304,7 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 	if err := e.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, e.r.Groups[0].Taints)) != 0 {
+	if len(startuptaint.MatchingTaints(node.Spec.Taints, e.r.Groups[0].Taints)) != 0 {
 		t.Fatal("the taint is still there after the deadline")
 	}
 }
@@ -311,7 +312,7 @@ func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
 func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("uid-7", startup)).Build()
 	r := &NodeReconciler{Client: c, APIReader: c, NodeName: "n1",
-		Groups: []Group{{Taints: []TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}}}, Recorder: events.NewFakeRecorder(10), MaxWait: time.Minute,
+		Groups: []Group{{Taints: []startuptaint.TaintSpec{{Key: startup.Key}}, Gates: []gates.Gate{&flipGate{}}}}, Recorder: events.NewFakeRecorder(10), MaxWait: time.Minute,
 		Clock: clocktesting.NewFakeClock(testStart.Add(time.Hour))}
 	r.build() // not probed yet, as right after a restart
 	if err := reconcileNode(t, r); err != nil {
@@ -321,7 +322,7 @@ func TestMaxWaitNeverForcesBeforeTheFirstProbe(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if len(MatchingTaints(node.Spec.Taints, r.Groups[0].Taints)) == 0 {
+	if len(startuptaint.MatchingTaints(node.Spec.Taints, r.Groups[0].Taints)) == 0 {
 		t.Fatal("the taint was forced off before the gates were probed once")
 	}
 }
@@ -356,24 +357,24 @@ func TestDryRunReportsOncePerEpisodeAndNeverPatches(t *testing.T) {
 }
 
 func TestWithRemovedOnlyAppends(t *testing.T) {
-	disk, file := TaintSpec{Key: "disk.example.com/agent-not-ready"}, TaintSpec{Key: "file.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
+	disk, file := startuptaint.TaintSpec{Key: "disk.example.com/agent-not-ready"}, startuptaint.TaintSpec{Key: "file.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
 	tests := []struct {
 		name, before string
-		specs        []TaintSpec
+		specs        []startuptaint.TaintSpec
 		want         string
 	}{
-		{"to no record", "", []TaintSpec{file, disk}, "file.example.com/agent-not-ready:NoSchedule,disk.example.com/agent-not-ready"},
-		{"after another group's entry, unsorted", "z.example.com/x", []TaintSpec{disk}, "z.example.com/x,disk.example.com/agent-not-ready"},
-		{"an entry already listed: unchanged", "disk.example.com/agent-not-ready", []TaintSpec{disk}, "disk.example.com/agent-not-ready"},
-		{"each once", "", []TaintSpec{disk, disk}, "disk.example.com/agent-not-ready"},
+		{"to no record", "", []startuptaint.TaintSpec{file, disk}, "file.example.com/agent-not-ready:NoSchedule,disk.example.com/agent-not-ready"},
+		{"after another group's entry, unsorted", "z.example.com/x", []startuptaint.TaintSpec{disk}, "z.example.com/x,disk.example.com/agent-not-ready"},
+		{"an entry already listed: unchanged", "disk.example.com/agent-not-ready", []startuptaint.TaintSpec{disk}, "disk.example.com/agent-not-ready"},
+		{"each once", "", []startuptaint.TaintSpec{disk, disk}, "disk.example.com/agent-not-ready"},
 		// Whatever another writer put there stays as it was, byte for byte, before the addition.
-		{"after another writer's odd value", ",a,a,", []TaintSpec{disk}, ",a,a,,disk.example.com/agent-not-ready"},
+		{"after another writer's odd value", ",a,a,", []startuptaint.TaintSpec{disk}, ",a,a,,disk.example.com/agent-not-ready"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			node := &corev1.Node{}
 			if tt.before != "" {
-				node.Annotations = map[string]string{RemovedAnnotation: tt.before}
+				node.Annotations = map[string]string{startuptaint.RemovedAnnotation: tt.before}
 			}
 			if got := withRemoved(node, tt.specs); got != tt.want {
 				t.Errorf("withRemoved(%q, %v) = %q, want %q", tt.before, tt.specs, got, tt.want)
@@ -394,7 +395,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 		{name: "a new Node with the taint", node: testNode("uid-r2", startup)},
 		{name: "a Node whose taint an earlier agent removed (a restart)", node: func() *corev1.Node {
 			n := testNode("uid-r3")
-			n.Annotations = map[string]string{RemovedAnnotation: startup.Key}
+			n.Annotations = map[string]string{startuptaint.RemovedAnnotation: startup.Key}
 			return n
 		}()},
 		{name: "a Node older than the window (an install on an existing fleet, a later restart)",
@@ -414,7 +415,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 			}
 			var got []string
 			for _, ev := range e.events() {
-				if strings.Contains(ev, EventReasonRegisteredWithoutTaint) {
+				if strings.Contains(ev, startuptaint.EventReasonRegisteredWithoutTaint) {
 					got = append(got, ev)
 				}
 			}
@@ -430,7 +431,7 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 			e.setTaints()
 			e.reconcile()
 			for _, ev := range e.events() {
-				if strings.Contains(ev, EventReasonRegisteredWithoutTaint) {
+				if strings.Contains(ev, startuptaint.EventReasonRegisteredWithoutTaint) {
 					t.Fatalf("reported again: %q", ev)
 				}
 			}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -150,7 +151,7 @@ func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.Nod
 func nodeTaints(g Gomega, ctx context.Context, name string) []corev1.Taint {
 	node := &corev1.Node{}
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-	return controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: corev1.TaintNodeNotReady}})
+	return startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: corev1.TaintNodeNotReady}})
 }
 
 // hasTaintKey matches a taint list that holds a taint with key.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +23,7 @@ import (
 // dropping a taint another writer added since orig was read.
 func writeTaints(ctx context.Context, c client.Client, orig, node *corev1.Node, opts ...client.PatchOption) error {
 	return c.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}),
-		append([]client.PatchOption{client.FieldOwner(FieldManager)}, opts...)...)
+		append([]client.PatchOption{client.FieldOwner(startuptaint.FieldManager)}, opts...)...)
 }
 
 // writeCondition sends want into node's status as a strategic merge patch that carries only
@@ -35,5 +36,5 @@ func writeCondition(ctx context.Context, c client.Client, node *corev1.Node, wan
 		return fmt.Errorf("encoding condition %s: %w", want.Type, err)
 	}
 	return c.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch),
-		append([]client.SubResourcePatchOption{client.FieldOwner(FieldManager)}, opts...)...)
+		append([]client.SubResourcePatchOption{client.FieldOwner(startuptaint.FieldManager)}, opts...)...)
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,8 +92,8 @@ func TestTheDryRunsSendTheReconcilersOwnRequests(t *testing.T) {
 		if !reflect.DeepEqual(dry, real) {
 			t.Errorf("%q: the check sends\n%+v\nthe reconciler sends\n%+v", sub, dry, real)
 		}
-		if real.owner != FieldManager {
-			t.Errorf("%q: sent as %q, want the field manager %s", sub, real.owner, FieldManager)
+		if real.owner != startuptaint.FieldManager {
+			t.Errorf("%q: sent as %q, want the field manager %s", sub, real.owner, startuptaint.FieldManager)
 		}
 	}
 }

@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 // Driver says whether a CSI driver the installs serve asks the scheduler to keep pods off nodes
@@ -32,7 +31,7 @@ func drivers(ctx context.Context, c kubernetes.Interface, installs []install) []
 	var names []string
 	for _, in := range installs {
 		for _, spec := range in.specs {
-			if name, ok := controllers.DriverOf(spec); ok && !slices.Contains(names, name) {
+			if name, ok := startuptaint.DriverOf(spec); ok && !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		}

@@ -9,12 +9,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 // markerGroup and markerResource are the grant by which the admission policy knows an install's
@@ -30,10 +29,10 @@ type install struct {
 	// name is the ClusterRole's.
 	name string
 	// specs are its startup taints, every group's, and the taints continuous mode puts back.
-	specs []controllers.TaintSpec
+	specs []startuptaint.TaintSpec
 	// retaint marks the specs only continuous mode puts on: a group's first key, NoSchedule, where
 	// the group's own specs do not select it.
-	retaint map[controllers.TaintSpec]bool
+	retaint map[startuptaint.TaintSpec]bool
 }
 
 // findInstalls lists the ClusterRoles, a page at a time, and returns the installs they mark.
@@ -65,12 +64,12 @@ func installOf(role *rbacv1.ClusterRole) (install, bool) {
 		if !slices.Contains(rule.APIGroups, markerGroup) || !slices.Contains(rule.Resources, markerResource) {
 			continue
 		}
-		in := install{name: role.Name, retaint: map[controllers.TaintSpec]bool{}}
+		in := install{name: role.Name, retaint: map[startuptaint.TaintSpec]bool{}}
 		for _, list := range rule.ResourceNames {
 			for _, group := range strings.Split(list, ";") {
-				var specs []controllers.TaintSpec
+				var specs []startuptaint.TaintSpec
 				for _, item := range strings.Split(group, ",") {
-					if spec, err := controllers.ParseTaintSpec(strings.TrimSpace(item)); err == nil {
+					if spec, err := startuptaint.ParseTaintSpec(strings.TrimSpace(item)); err == nil {
 						specs = append(specs, spec)
 					}
 				}
@@ -78,8 +77,8 @@ func installOf(role *rbacv1.ClusterRole) (install, bool) {
 					continue
 				}
 				in.specs = append(in.specs, specs...)
-				back := controllers.RetaintSpec(specs)
-				if len(controllers.MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) == 0 {
+				back := startuptaint.RetaintSpec(specs)
+				if len(startuptaint.MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) == 0 {
 					in.specs = append(in.specs, back)
 					in.retaint[back] = true
 				}

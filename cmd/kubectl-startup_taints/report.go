@@ -12,11 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 // States of a startup taint on a Node.
@@ -110,7 +109,7 @@ func gather(ctx context.Context, c kubernetes.Interface, installs []install, o o
 // page at a time, and keeps the latest of each reason for each Node.
 func agentEvents(ctx context.Context, c kubernetes.Interface, chunk int64) (map[string]nodeEvents, error) {
 	out := map[string]nodeEvents{}
-	opts := metav1.ListOptions{FieldSelector: "reportingComponent=" + controllers.EventSource, Limit: chunk}
+	opts := metav1.ListOptions{FieldSelector: "reportingComponent=" + startuptaint.EventSource, Limit: chunk}
 	for {
 		list, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, opts)
 		if err != nil {
@@ -151,7 +150,7 @@ func eventTime(e corev1.Event) time.Time {
 
 // nodeRows are the rows of one Node.
 func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool) []Row {
-	removed := strings.Split(node.Annotations[controllers.RemovedAnnotation], ",")
+	removed := strings.Split(node.Annotations[startuptaint.RemovedAnnotation], ",")
 	gate, detail := holdingGate(node, events)
 	if gate == "" && detail == "" && len(events) == 0 {
 		detail = noReport
@@ -159,7 +158,7 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 	var rows []Row
 	served := func(t corev1.Taint) bool {
 		for _, in := range installs {
-			if len(controllers.MatchingTaints([]corev1.Taint{t}, in.specs)) > 0 {
+			if len(startuptaint.MatchingTaints([]corev1.Taint{t}, in.specs)) > 0 {
 				return true
 			}
 		}
@@ -173,24 +172,24 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 	}
 	for _, in := range installs {
 		for _, spec := range in.specs {
-			held := controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{spec})
-			if in.retaint[spec] && node.Annotations[controllers.RemovedAnnotation] == "" {
+			held := startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{spec})
+			if in.retaint[spec] && node.Annotations[startuptaint.RemovedAnnotation] == "" {
 				// Continuous mode puts a taint back only after a removal; this one is someone else's.
 				continue
 			}
 			for _, t := range held {
 				r := Row{Node: node.Name, Taint: t.ToString(), State: StateHeld, Gate: gate, Detail: detail, Install: in.name}
-				put, putBack := events[controllers.EventReasonTaintAddedBack]
+				put, putBack := events[startuptaint.EventReasonTaintAddedBack]
 				switch {
 				case in.retaint[spec] || putBack && slices.Contains(removed, spec.String()):
 					r.State = StatePutBack
 					if putBack {
 						switch put.Action {
-						case controllers.EventActionAddTaintAfterReboot:
+						case startuptaint.EventActionAddTaintAfterReboot:
 							r.State = StatePutBackRebooted
-						case controllers.EventActionAddTaintAtShutdown:
+						case startuptaint.EventActionAddTaintAtShutdown:
 							r.State = StatePutBackShutdown
-						case controllers.EventActionAddTaintAtCordon:
+						case startuptaint.EventActionAddTaintAtCordon:
 							r.State = StatePutBackCordoned
 						}
 						r.Since, r.Detail = timePtr(eventTime(put)), put.Message
@@ -216,11 +215,11 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 }
 
 // removedRow is a removed taint's row, timed by the agent's last event about its removal.
-func removedRow(node string, spec controllers.TaintSpec, install string, events nodeEvents) Row {
+func removedRow(node string, spec startuptaint.TaintSpec, install string, events nodeEvents) Row {
 	r := Row{Node: node, Taint: spec.String(), State: StateRemoved, Install: install}
 	var last *corev1.Event
-	removals := []string{controllers.EventReasonTaintRemoved, controllers.EventReasonTaintRemovedAgain,
-		controllers.EventReasonTaintRemovedUnready}
+	removals := []string{startuptaint.EventReasonTaintRemoved, startuptaint.EventReasonTaintRemovedAgain,
+		startuptaint.EventReasonTaintRemovedUnready}
 	for _, reason := range removals {
 		if e, ok := events[reason]; ok && (last == nil || eventTime(e).After(eventTime(*last))) {
 			last = &e
@@ -228,7 +227,7 @@ func removedRow(node string, spec controllers.TaintSpec, install string, events 
 	}
 	if last != nil {
 		r.Since, r.Detail = timePtr(eventTime(*last)), last.Message
-		if last.Reason == controllers.EventReasonTaintRemovedUnready {
+		if last.Reason == startuptaint.EventReasonTaintRemovedUnready {
 			r.State = StateForced
 		}
 	}
@@ -257,7 +256,7 @@ func holdingGate(node *corev1.Node, events nodeEvents) (gate, detail string) {
 		}
 	}
 	var last *corev1.Event
-	for _, reason := range []string{controllers.EventReasonWaitingForDriver, controllers.EventReasonWaitingForAgent} {
+	for _, reason := range []string{startuptaint.EventReasonWaitingForDriver, startuptaint.EventReasonWaitingForAgent} {
 		if e, ok := events[reason]; ok && (last == nil || eventTime(e).After(eventTime(*last))) {
 			last = &e
 		}
@@ -276,7 +275,7 @@ func holdingGate(node *corev1.Node, events nodeEvents) (gate, detail string) {
 func agentConditions(node *corev1.Node) []string {
 	var out []string
 	for _, m := range node.ManagedFields {
-		if m.Manager != controllers.FieldManager || m.FieldsV1 == nil {
+		if m.Manager != startuptaint.FieldManager || m.FieldsV1 == nil {
 			continue
 		}
 		var fields struct {

@@ -7,17 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 )
 
 func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 	created := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	added := metav1.NewTime(created.Add(time.Minute))
-	in := install{name: "role", specs: []controllers.TaintSpec{{Key: "a", Effect: corev1.TaintEffectNoExecute}, {Key: "a", Effect: corev1.TaintEffectNoSchedule}},
-		retaint: map[controllers.TaintSpec]bool{{Key: "a", Effect: corev1.TaintEffectNoSchedule}: true}}
+	in := install{name: "role", specs: []startuptaint.TaintSpec{{Key: "a", Effect: corev1.TaintEffectNoExecute}, {Key: "a", Effect: corev1.TaintEffectNoSchedule}},
+		retaint: map[startuptaint.TaintSpec]bool{{Key: "a", Effect: corev1.TaintEffectNoSchedule}: true}}
 	event := func(reason, msg string) corev1.Event {
 		return corev1.Event{Reason: reason, Message: msg, EventTime: metav1.NewMicroTime(created.Add(2 * time.Minute))}
 	}
@@ -32,24 +31,24 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 		{name: "held since its timeAdded", taints: []corev1.Taint{{Key: "a", Effect: "NoExecute", TimeAdded: &added}}, want: []string{"a:NoExecute held"}},
 		{name: "held again", taints: []corev1.Taint{{Key: "a", Effect: "NoExecute"}}, record: "a:NoExecute", want: []string{"a:NoExecute held again"}},
 		{name: "put back by continuous mode", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
-			events: nodeEvents{controllers.EventReasonTaintAddedBack: event(controllers.EventReasonTaintAddedBack, "Put startup taint a:NoSchedule back: csi gate: not ready for 2m0s")},
+			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: event(startuptaint.EventReasonTaintAddedBack, "Put startup taint a:NoSchedule back: csi gate: not ready for 2m0s")},
 			want:   []string{"a:NoExecute removed", "a:NoSchedule put back"}},
 		{name: "put back after a reboot", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
-			events: nodeEvents{controllers.EventReasonTaintAddedBack: withAction(event(controllers.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node rebooted (boot b): csi gate: not ready"), controllers.EventActionAddTaintAfterReboot)},
+			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
+				"Put startup taint a:NoSchedule back: the node rebooted (boot b): csi gate: not ready"), startuptaint.EventActionAddTaintAfterReboot)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: rebooted"}},
 		{name: "put back as the node shut down", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
-			events: nodeEvents{controllers.EventReasonTaintAddedBack: withAction(event(controllers.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node is shutting down"), controllers.EventActionAddTaintAtShutdown)},
+			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
+				"Put startup taint a:NoSchedule back: the node is shutting down"), startuptaint.EventActionAddTaintAtShutdown)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: shut down"}},
 		{name: "put back as the node was cordoned", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
-			events: nodeEvents{controllers.EventReasonTaintAddedBack: withAction(event(controllers.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node is cordoned"), controllers.EventActionAddTaintAtCordon)},
+			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
+				"Put startup taint a:NoSchedule back: the node is cordoned"), startuptaint.EventActionAddTaintAtCordon)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: cordoned"}},
 		{name: "someone else's NoSchedule taint of the key, never removed by an agent", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}},
-		{name: "removed", record: "a:NoExecute", events: nodeEvents{controllers.EventReasonTaintRemoved: event(controllers.EventReasonTaintRemoved, "Removed")},
+		{name: "removed", record: "a:NoExecute", events: nodeEvents{startuptaint.EventReasonTaintRemoved: event(startuptaint.EventReasonTaintRemoved, "Removed")},
 			want: []string{"a:NoExecute removed"}},
-		{name: "forced", record: "a:NoExecute", events: nodeEvents{controllers.EventReasonTaintRemovedUnready: event(controllers.EventReasonTaintRemovedUnready, "after the maximum wait")},
+		{name: "forced", record: "a:NoExecute", events: nodeEvents{startuptaint.EventReasonTaintRemovedUnready: event(startuptaint.EventReasonTaintRemovedUnready, "after the maximum wait")},
 			want: []string{"a:NoExecute forced"}},
 		{name: "removed long ago: its events expired", record: "a:NoExecute", want: []string{"a:NoExecute removed"}},
 		{name: "a startup taint no install serves", taints: []corev1.Taint{{Key: "other.csi.example.com/agent-not-ready", Effect: "NoExecute"},
@@ -58,7 +57,7 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", CreationTimestamp: metav1.NewTime(created)}, Spec: corev1.NodeSpec{Taints: tc.taints}}
 			if tc.record != "" {
-				node.Annotations = map[string]string{controllers.RemovedAnnotation: tc.record}
+				node.Annotations = map[string]string{startuptaint.RemovedAnnotation: tc.record}
 			}
 			rows := nodeRows(node, []install{in}, tc.events, true)
 			got := make([]string, 0, len(rows))
@@ -93,11 +92,11 @@ func withAction(e corev1.Event, action string) corev1.Event {
 // A node held by the node agents' gate shows the gate and, from the agent's last waiting event,
 // the DaemonSets that hold it.
 func TestAHeldNodeNamesTheDaemonSetsThatHoldIt(t *testing.T) {
-	in := install{name: "agents", specs: []controllers.TaintSpec{{Key: "startup-taint-remover.github.io/agents-not-ready"}}}
+	in := install{name: "agents", specs: []startuptaint.TaintSpec{{Key: "startup-taint-remover.github.io/agents-not-ready"}}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "startup-taint-remover.github.io/agents-not-ready", Effect: "NoSchedule"}}}}
 	const note = "Holding startup taints: daemonsets gate: DaemonSets whose pod on this node is not Ready: kube-system/fluent-bit"
-	events := nodeEvents{controllers.EventReasonWaitingForAgent: {Reason: controllers.EventReasonWaitingForAgent, Message: note}}
+	events := nodeEvents{startuptaint.EventReasonWaitingForAgent: {Reason: startuptaint.EventReasonWaitingForAgent, Message: note}}
 	rows := nodeRows(node, []install{in}, events, false)
 	if len(rows) != 1 || rows[0].State != StateHeld || rows[0].Gate != "daemonsets" || rows[0].Detail != note {
 		t.Fatalf("rows %+v, want the daemonsets gate and its note", rows)

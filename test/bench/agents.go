@@ -31,6 +31,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
@@ -58,14 +59,14 @@ var agentsStrategies = []agentsStrategy{
 	// authorizers' informers), which the other rows' counts are net of.
 	{name: noAgent},
 	{name: "every node agent, no configuration (--node-agents=all)", group: func(node, _ string) controllers.Group {
-		return controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{nodeAgentsGate(node)}}
+		return controllers.Group{Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{nodeAgentsGate(node)}}
 	}},
 	{name: "the defaults (the CSI driver and its CSINode entry)", csiNode: true, group: func(node, socket string) controllers.Group {
 		gate, _ := gates.NewCSIGate(socket, 3*time.Second)
 		return controllers.CSIDriverGroup(node, gate)
 	}},
 	{name: "the same, watching DaemonSets cluster-wide (what the gate avoids)", group: func(node, _ string) controllers.Group {
-		return controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{nodeAgentsGate(node), daemonSetWatch{}}}
+		return controllers.Group{Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{nodeAgentsGate(node), daemonSetWatch{}}}
 	}},
 }
 
@@ -232,7 +233,7 @@ func agentsRun(ctx context.Context, e *env, s agentsStrategy, dss []*appsv1.Daem
 		}
 		for _, node := range list.Items {
 			if _, ok := gone[node.Name]; !ok && strings.HasPrefix(node.Name, fmt.Sprintf("agents-%d-", run)) &&
-				len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) == 0 {
+				len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})) == 0 {
 				gone[node.Name] = time.Now()
 			}
 		}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
@@ -147,7 +147,7 @@ func stamped(events <-chan watch.Event) <-chan stampedEvent {
 }
 
 func hasKey(n *corev1.Node, key string) bool {
-	return len(controllers.MatchingTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: key}})) > 0
+	return len(startuptaint.MatchingTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: key}})) > 0
 }
 
 // waitFor waits for an event whose object satisfies cond and returns when it arrived; the watch

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
@@ -63,7 +63,7 @@ func measurePlugin(ctx context.Context, e *env, plugin string, nodes, runs int) 
 			node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "ebs.csi.aws.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute})
 			r.held++
 		case i%2 == 0:
-			metav1.SetMetaDataAnnotation(&node.ObjectMeta, controllers.RemovedAnnotation, "ebs.csi.aws.com/agent-not-ready")
+			metav1.SetMetaDataAnnotation(&node.ObjectMeta, startuptaint.RemovedAnnotation, "ebs.csi.aws.com/agent-not-ready")
 			r.done++
 		default:
 			continue

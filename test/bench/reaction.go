@@ -28,6 +28,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -105,14 +106,14 @@ func newLane(ctx context.Context, e *env, name string, interval time.Duration, r
 	case gateFile:
 		return newFileLane(ctx, e, name, interval)
 	case gateAllocatable:
-		group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+		group := controllers.Group{Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}},
 			Gates: []gates.Gate{gates.NewResourceGate(gates.ResourceRequirement{Name: benchResource, Min: resource.MustParse("1")})}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 	case gatePod:
 		return newPodLane(ctx, e, name, interval)
 	case gateCondition:
-		group := controllers.Group{Name: "net", Taints: []controllers.TaintSpec{{Key: startupTaint.Key}},
+		group := controllers.Group{Name: "net", Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}},
 			Gates: []gates.Gate{gates.NewNodeConditionGate(gates.ConditionRequirement{Type: benchCondition, Status: corev1.ConditionTrue})}}
 		return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 			&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
@@ -138,7 +139,7 @@ func newPodLane(ctx context.Context, e *env, name string, interval time.Duration
 	if err != nil {
 		return nil, err
 	}
-	group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewPodGate(name, required)}}
+	group := controllers.Group{Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gates.NewPodGate(name, required)}}
 	return startLane(ctx, e, &lane{e: e, name: name, interval: interval},
 		&controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 }
@@ -153,7 +154,7 @@ func newFileLane(ctx context.Context, e *env, name string, interval time.Duratio
 		return nil, err
 	}
 	l := &lane{e: e, name: name, interval: interval, file: filepath.Join(dir, "05-cilium.conflist")}
-	group := controllers.Group{Taints: []controllers.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gate}}
+	group := controllers.Group{Taints: []startuptaint.TaintSpec{{Key: startupTaint.Key}}, Gates: []gates.Gate{gate}}
 	return startLane(ctx, e, l, &controllers.NodeReconciler{NodeName: name, Groups: []controllers.Group{group}, ProbeInterval: interval}, func() {})
 }
 
@@ -217,7 +218,7 @@ func registerCSINode(ctx context.Context, c client.Client, name string) error {
 // setTaint adds or removes the startup taint as another writer would.
 func (l *lane) setTaint(ctx context.Context, present bool) error {
 	return expectations.UpdateNode(ctx, l.e.c, l.name, func(node *corev1.Node) {
-		node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})
+		node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})
 		if present {
 			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
 		}
@@ -241,7 +242,7 @@ func (l *lane) waitTaint(ctx context.Context, present bool, timeout time.Duratio
 			if !isNode {
 				continue
 			}
-			has := len(controllers.MatchingTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: startupTaint.Key}})) > 0
+			has := len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})) > 0
 			if has == present {
 				return time.Now(), nil
 			}

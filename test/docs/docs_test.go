@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"sigs.k8s.io/yaml"
 )
@@ -206,7 +206,7 @@ func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
 }
 
 // TestTheStatedMinimumIsTheTestedOne checks that the oldest supported minor of Kubernetes is one
-// number: the agent's (controllers.MinKubernetesMinor), the one make test-minors builds and the
+// number: the agent's (startuptaint.MinKubernetesMinor), the one make test-minors builds and the
 // one below it where the agent must refuse, and the one the install page states; and that the
 // page states each feature's own minimum as the code declares it.
 func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
@@ -214,13 +214,13 @@ func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for variable, want := range map[string]int{"K8S_OLDEST": controllers.MinKubernetesMinor, "K8S_BELOW_OLDEST": controllers.MinKubernetesMinor - 1} {
+	for variable, want := range map[string]int{"K8S_OLDEST": startuptaint.MinKubernetesMinor, "K8S_BELOW_OLDEST": startuptaint.MinKubernetesMinor - 1} {
 		m := regexp.MustCompile(`(?m)^` + variable + ` \?= (\S+)$`).FindSubmatch(makefile)
 		if m == nil {
 			t.Errorf("the Makefile sets no %s", variable)
 			continue
 		}
-		if got, ok := controllers.ServerMinor(string(m[1])); !ok || got != want {
+		if got, ok := startuptaint.ServerMinor(string(m[1])); !ok || got != want {
 			t.Errorf("the Makefile's %s is %s, want a release of 1.%d", variable, m[1], want)
 		}
 	}
@@ -229,9 +229,9 @@ func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		fmt.Sprintf("The cluster must run Kubernetes 1.%d or later", controllers.MinKubernetesMinor),
-		fmt.Sprintf("| taint at registration | 1.%d |", controllers.TaintAtRegistrationMinor),
-		fmt.Sprintf("| `--require-resourceslice` (DRA drivers) | 1.%d |", controllers.ResourceSliceMinor),
+		fmt.Sprintf("The cluster must run Kubernetes 1.%d or later", startuptaint.MinKubernetesMinor),
+		fmt.Sprintf("| taint at registration | 1.%d |", startuptaint.TaintAtRegistrationMinor),
+		fmt.Sprintf("| `--require-resourceslice` (DRA drivers) | 1.%d |", startuptaint.ResourceSliceMinor),
 	} {
 		if !strings.Contains(string(install), want) {
 			t.Errorf("docs/install.md does not say %q", want)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -43,7 +44,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 		}
 		daemonSet, env := in.daemonSet, in.env
 		Expect(daemonSet.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--conditions-only"))
-		taintSpec, err := controllers.ParseTaintSpec(env["STARTUP_TAINTS"])
+		taintSpec, err := startuptaint.ParseTaintSpec(env["STARTUP_TAINTS"])
 		Expect(err).NotTo(HaveOccurred())
 		taint := corev1.Taint{Key: taintSpec.Key, Effect: taintSpec.Effect}
 		conditionType := env["CONDITION_TYPE"]
@@ -78,7 +79,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 		asAgent, err := client.New(restAs, client.Options{Scheme: k8sClient.Scheme()})
 		Expect(err).NotTo(HaveOccurred())
 		remove := func(n *corev1.Node) {
-			n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{taintSpec})
+			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{taintSpec})
 		}
 		err = expectations.PatchNode(ctx, k8sClient, asAgent, node, remove)
 		Expect(err).To(MatchError(ContainSubstring("cannot patch resource \"nodes\"")))
@@ -93,7 +94,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 			DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, o)).To(Succeed()) })
 		}
 		Eventually(func() error { return expectations.PatchNode(ctx, k8sClient, asAgent, node, remove) }).
-			Should(MatchError(And(ContainSubstring("["+controllers.RefusalConditionsOnly+"]"), ContainSubstring("("+conditionType+")"))))
+			Should(MatchError(And(ContainSubstring("["+startuptaint.RefusalConditionsOnly+"]"), ContainSubstring("("+conditionType+")"))))
 		GinkgoWriter.Printf("refused by the policy: %v\n", expectations.PatchNode(ctx, k8sClient, asAgent, node, remove))
 		Expect(hasTaint(ctx, k8sClient, node, taint.Key)(Default)).To(BeTrue())
 	})

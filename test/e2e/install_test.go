@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
@@ -189,9 +189,9 @@ var _ = Describe("an install whose admission policy refuses the agent's removal"
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			i := slices.IndexFunc(list.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == node && e.Reason == controllers.EventReasonRemovalRefused
+				return e.Regarding.Name == node && e.Reason == startuptaint.EventReasonRemovalRefused
 			})
-			g.Expect(i).NotTo(Equal(-1), "no %s event yet", controllers.EventReasonRemovalRefused)
+			g.Expect(i).NotTo(Equal(-1), "no %s event yet", startuptaint.EventReasonRemovalRefused)
 			g.Expect(list.Items[i].Type).To(Equal(corev1.EventTypeWarning))
 			note = list.Items[i].Note
 		}).Should(Succeed())
@@ -205,7 +205,7 @@ var _ = Describe("an install whose admission policy refuses the agent's removal"
 		Expect(hasTaint(ctx, k8sClient, node, startup.Key)(Default)).To(BeTrue())
 		logged := strings.Count(string(session.Err.Contents()), "the API server refuses this agent's removal of its startup taints")
 		Expect(logged).To(Equal(1), "one log line, not one per retry")
-		GinkgoWriter.Printf("refused: /readyz %d\n%s\nevent %s %s: %s\n", status, body, corev1.EventTypeWarning, controllers.EventReasonRemovalRefused, note)
+		GinkgoWriter.Printf("refused: /readyz %d\n%s\nevent %s %s: %s\n", status, body, corev1.EventTypeWarning, startuptaint.EventReasonRemovalRefused, note)
 
 		By("fixing the policies, as rendering with kustomize v5.4.2 or later does")
 		fixed := time.Now()
@@ -215,7 +215,7 @@ var _ = Describe("an install whose admission policy refuses the agent's removal"
 		Eventually(hasTaint(ctx, k8sClient, node, startup.Key), time.Minute).Should(BeFalse())
 		removed := time.Since(fixed)
 		Expect(session).NotTo(gexec.Exit(), "recovered without a restart")
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, node, controllers.EventReasonRemovalAdmitted) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, node, startuptaint.EventReasonRemovalAdmitted) }).Should(Equal(1))
 		recovery := fmt.Sprintf("after the policy was fixed: ready in %s, taint removed in %s", ready.Round(time.Millisecond), removed.Round(time.Millisecond))
 		GinkgoWriter.Println(recovery)
 		AddReportEntry("recovery", recovery)
@@ -226,7 +226,7 @@ var _ = Describe("an install whose admission policy refuses the agent's removal"
 		const node = "e2e-refused-untainted"
 		driver := setupNode(ctx, node)
 		_, health := in.startAgent(ctx, node, driver)
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, node, controllers.EventReasonRemovalRefused) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, node, startuptaint.EventReasonRemovalRefused) }).Should(Equal(1))
 		Consistently(readiness(health), "2s").Should(Equal(http.StatusInternalServerError))
 		in.fix(ctx)
 		Eventually(readiness(health), time.Minute).Should(Equal(http.StatusOK))

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -30,7 +30,7 @@ func runDefault(in renderedInstall, node, csi, health string) *gexec.Session {
 }
 
 var _ = Describe("config/default on this minor of Kubernetes", func() {
-	if !expectations.ServesMinor(controllers.MinKubernetesMinor) {
+	if !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
 	It("applies, and its agent removes its own taint, confined", Label(expectations.EveryMinor), func(ctx SpecContext) {
@@ -50,7 +50,7 @@ var _ = Describe("config/default on this minor of Kubernetes", func() {
 })
 
 var _ = Describe("config/default below the oldest supported minor", func() {
-	if expectations.ServesMinor(controllers.MinKubernetesMinor) {
+	if expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
 	It("leaves an agent that removes nothing and says why, not one that nothing judges", Label(expectations.BelowMinimum), func(ctx SpecContext) {
@@ -82,7 +82,7 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			for _, e := range list.Items {
-				if e.Reason == controllers.EventReasonNotConfined && e.Regarding.Name == node && e.Type == corev1.EventTypeWarning {
+				if e.Reason == startuptaint.EventReasonNotConfined && e.Regarding.Name == node && e.Type == corev1.EventTypeWarning {
 					note = e.Note
 				}
 			}
@@ -98,7 +98,7 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 })
 
 var _ = Describe("a setting this minor of Kubernetes cannot serve", func() {
-	if expectations.ServesMinor(controllers.ResourceSliceMinor) || !expectations.ServesMinor(controllers.MinKubernetesMinor) {
+	if expectations.ServesMinor(startuptaint.ResourceSliceMinor) || !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
 	It("ends the binary with status 2 and one line naming the setting and the minor it needs", Label(expectations.EveryMinor), func() {

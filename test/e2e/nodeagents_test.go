@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
@@ -87,9 +87,9 @@ func agentPodState(ctx context.Context, ds *appsv1.DaemonSet, node string) func(
 // waitingNotes are the notes of the agent's events that say what holds node.
 func waitingNotes(ctx context.Context, node string) func(Gomega) string {
 	return func(g Gomega) string {
-		notes, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonWaitingForAgent)
+		notes, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForAgent)
 		g.Expect(err).NotTo(HaveOccurred())
-		more, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonWaitingForDriver)
+		more, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForDriver)
 		g.Expect(err).NotTo(HaveOccurred())
 		return strings.Join(append(notes, more...), "\n")
 	}
@@ -185,7 +185,7 @@ var _ = Describe("every node agent, no configuration, with the real DaemonSet co
 		Eventually(hasTaint(ctx, k8sClient, node, agentsTaint.Key), time.Minute, 50*time.Millisecond).Should(BeFalse())
 		Expect(time.Since(created.CreationTimestamp.Time)).To(BeNumerically(">=", 7*time.Second), "not before the deadline")
 		Eventually(func(g Gomega) []string {
-			notes, err := expectations.EventNotes(ctx, k8sClient, node, controllers.EventReasonTaintRemovedUnready)
+			notes, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonTaintRemovedUnready)
 			g.Expect(err).NotTo(HaveOccurred())
 			return notes
 		}).Should(ContainElement(ContainSubstring(agentsNamespace + "/stuck")))

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -39,7 +39,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 		return func(g Gomega) []corev1.Taint {
 			node := &corev1.Node{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-			return controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: corev1.TaintNodeNotReady}})
+			return startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: corev1.TaintNodeNotReady}})
 		}
 	}
 	// With --taint, as every install renders it: without it, a CSI group's taint is known only
@@ -62,7 +62,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 		Eventually(taints(ctx)).Should(BeEmpty())
 		node := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-		Expect(node.Annotations).To(HaveKeyWithValue(controllers.BootAnnotation, startupTaint.Key+"=boot-1"))
+		Expect(node.Annotations).To(HaveKeyWithValue(startuptaint.BootAnnotation, startupTaint.Key+"=boot-1"))
 
 		By("a rollout of the agent while its driver restarts, in the same boot")
 		writeStatus(ctx, ready(corev1.ConditionTrue, "kubelet is posting ready status"))
@@ -78,14 +78,14 @@ var _ = Describe("the binary across a node's reboots", func() {
 		writeStatus(ctx, boot("boot-2"))
 		agent = start(driver.Path())
 		Eventually(taints(ctx)).Should(ConsistOf(putBack))
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonTaintAddedBack) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonTaintAddedBack) }).Should(Equal(1))
 		Expect(driver.Restart()).To(Succeed())
 		Eventually(taints(ctx)).Should(BeEmpty())
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-		Expect(node.Annotations).To(HaveKeyWithValue(controllers.BootAnnotation, startupTaint.Key+"=boot-2"))
+		Expect(node.Annotations).To(HaveKeyWithValue(startuptaint.BootAnnotation, startupTaint.Key+"=boot-2"))
 
 		By("a graceful shutdown: kubelet's Ready condition says so, then the agent is stopped")
-		writeStatus(ctx, ready(corev1.ConditionFalse, "[container runtime is down, "+controllers.NodeShuttingDownMessage+"]"))
+		writeStatus(ctx, ready(corev1.ConditionFalse, "[container runtime is down, "+startuptaint.NodeShuttingDownMessage+"]"))
 		stop(agent)
 		Expect(taints(ctx)(Default)).To(ConsistOf(putBack), "back before the agent exits")
 	})

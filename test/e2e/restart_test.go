@@ -19,7 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -71,7 +71,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		driver := setupNode(ctx, name, startupTaint)
 		first := startAgent(name, driver.Path(), freeAddr())
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonTaintRemoved) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonTaintRemoved) }).Should(Equal(1))
 		stop(first)
 
 		By("re-adding the taint while no agent runs, as a node group re-sync does after a rollout")
@@ -81,8 +81,8 @@ var _ = Describe("the binary's memory of its Node", func() {
 		metrics := freeAddr()
 		startAgent(name, driver.Path(), metrics)
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonTaintRemovedAgain) }).Should(Equal(1))
-		Expect(eventCount(Default, ctx, name, controllers.EventReasonTaintRemoved)).To(Equal(1), "no second first removal")
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonTaintRemovedAgain) }).Should(Equal(1))
+		Expect(eventCount(Default, ctx, name, startuptaint.EventReasonTaintRemoved)).To(Equal(1), "no second first removal")
 		Eventually(func(g Gomega) float64 {
 			return metricSum(g, metrics, "startup_taint_readded_total", `taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))
@@ -96,7 +96,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		driver.SetReadiness(fakecsi.NotReady)
 		metrics := freeAddr()
 		startAgent(name, driver.Path(), metrics)
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonWaitingForDriver) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonWaitingForDriver) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {
 			return metricSum(g, metrics, "startup_taint_present", `taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))
@@ -111,7 +111,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		metrics := freeAddr()
 		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
-		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, controllers.EventReasonWouldRemoveTaint) }).Should(Equal(1))
+		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonWouldRemoveTaint) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {
 			return metricSum(g, metrics, "startup_taint_removals_total", `result="dry_run",taint="`+startupTaint.Key+`"`)
 		}).Should(Equal(1.0))

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// TaintSpecCorpus reads the corpus of --taint items at path (controllers/testdata/taint-specs.txt):
+// TaintSpecCorpus reads the corpus of --taint items at path (startuptaint/testdata/taint-specs.txt):
 // one Go-quoted string per line, lines starting with # left out.
 func TaintSpecCorpus(path string) ([]string, error) {
 	f, err := os.Open(path)

@@ -113,6 +113,20 @@ func (s *Switch) Check(context.Context, gates.Input) error {
 // Set turns the gate on (passing) or off.
 func (s *Switch) Set(on bool) { s.off.Store(!on) }
 
+// EqualTaints reports whether a and b are the same taints in the same order, values included
+// and the times they were added ignored.
+func EqualTaints(a, b []corev1.Taint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].MatchTaint(&b[i]) || a[i].Value != b[i].Value {
+			return false
+		}
+	}
+	return true
+}
+
 // EventCount counts the events recorded about the Node named node with reason (any reason when
 // empty), each series by its count. Events about Nodes are in the default namespace.
 func EventCount(ctx context.Context, c client.Reader, node, reason string) (int, error) {

@@ -23,7 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
@@ -193,12 +193,12 @@ var _ = Describe("the Helm chart and the kustomize tree", func() {
 
 var _ = Describe("the Helm chart's kubeVersion", func() {
 	It("is the oldest minor whose API server applies its policy, and Helm refuses an older cluster", func() {
-		below := fmt.Sprintf("v1.%d.13", controllers.MinKubernetesMinor-1)
-		oldest := fmt.Sprintf("v1.%d.0", controllers.MinKubernetesMinor)
+		below := fmt.Sprintf("v1.%d.13", startuptaint.MinKubernetesMinor-1)
+		oldest := fmt.Sprintf("v1.%d.0", startuptaint.MinKubernetesMinor)
 		out, err := exec.Command(chartTool(), "template", chartDir, "-kube-version", below).CombinedOutput()
 		Expect(err).To(HaveOccurred(), "Helm renders the chart for %s:\n%s", below, out)
 		Expect(string(out)).To(ContainSubstring(fmt.Sprintf("chart requires kubeVersion: >=1.%d.0-0 which is incompatible with Kubernetes %s",
-			controllers.MinKubernetesMinor, below)))
+			startuptaint.MinKubernetesMinor, below)))
 		out, err = exec.Command(chartTool(), "template", chartDir, "-kube-version", oldest).CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "%s", out)
 	})

@@ -23,6 +23,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -41,7 +42,7 @@ func allInstalls() []install {
 
 // msgConditionsOnly is the policy's refusal of any write but the agent's conditions in
 // conditions-only mode.
-var msgConditionsOnly = tagged(controllers.RefusalConditionsOnly)
+var msgConditionsOnly = tagged(startuptaint.RefusalConditionsOnly)
 
 var _ = Describe("conditions-only installs", func() {
 	for i, in := range conditionsOnlyInstalls {
@@ -62,7 +63,7 @@ var _ = Describe("conditions-only installs", func() {
 				DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
 				return name
 			}
-			removeStartup := func(n *corev1.Node) { n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints) }
+			removeStartup := func(n *corev1.Node) { n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints) }
 
 			BeforeAll(func(ctx SpecContext) {
 				objs = in.render()
@@ -125,7 +126,7 @@ var _ = Describe("conditions-only installs", func() {
 					},
 					"labelling the Node":       func(n *corev1.Node) { n.Labels["zone"] = "b" },
 					"cordoning the Node":       func(n *corev1.Node) { n.Spec.Unschedulable = true },
-					"writing a removed record": func(n *corev1.Node) { n.Annotations = map[string]string{controllers.RemovedAnnotation: a.taintList} },
+					"writing a removed record": func(n *corev1.Node) { n.Annotations = map[string]string{startuptaint.RemovedAnnotation: a.taintList} },
 				} {
 					Expect(patchNode(ctx, asAgentOn(a, own), own, change)).To(MatchError(ContainSubstring(msgConditionsOnly)), what)
 				}

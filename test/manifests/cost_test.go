@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -73,7 +74,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		}
 
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-		for _, spec := range append(append([]controllers.TaintSpec{}, first.taints...), second.groupTaints[1]...) {
+		for _, spec := range append(append([]startuptaint.TaintSpec{}, first.taints...), second.groupTaints[1]...) {
 			n.Spec.Taints = append(n.Spec.Taints, startupTaint(spec))
 		}
 		Expect(k8sClient.Create(ctx, n)).To(Succeed())
@@ -86,7 +87,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		}
 		// The junk entries first, so the agents' own entries still need appending.
 		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
-			n.Annotations = map[string]string{controllers.RemovedAnnotation: strings.TrimSuffix(record.String(), ",")}
+			n.Annotations = map[string]string{startuptaint.RemovedAnnotation: strings.TrimSuffix(record.String(), ",")}
 		})).To(Succeed())
 		now := metav1.Now()
 		Expect(writeStatus(ctx, k8sClient, node, func(n *corev1.Node) {
@@ -114,7 +115,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		managed, err := json.Marshal(stored.ManagedFields)
 		Expect(err).NotTo(HaveOccurred())
 		AddReportEntry("largest Node", fmt.Sprintf("%d bytes: a %d-byte removed record, %d conditions, %d managedFields entries (%d bytes)",
-			len(data), len(stored.Annotations[controllers.RemovedAnnotation]), len(stored.Status.Conditions), len(stored.ManagedFields), len(managed)))
+			len(data), len(stored.Annotations[startuptaint.RemovedAnnotation]), len(stored.Status.Conditions), len(stored.ManagedFields), len(managed)))
 		if applyManagers == 1000 {
 			Expect(len(data)).To(BeNumerically(">", 1<<20), "a Node over 1 MiB")
 		}
@@ -131,10 +132,10 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 	It("admits each agent's own removal (the reconciler's own patch, in a dry run) and the second agent's condition", func(ctx SpecContext) {
 		for _, a := range []struct {
 			agent
-			taints []controllers.TaintSpec
+			taints []startuptaint.TaintSpec
 		}{{first, first.taints}, {second, second.groupTaints[1]}} {
 			check := &controllers.ConfinementCheck{Client: asAgentOn(a.agent, node), NodeName: node,
-				Taints: func() []controllers.TaintSpec { return a.taints }}
+				Taints: func() []startuptaint.TaintSpec { return a.taints }}
 			timed(fmt.Sprintf("the removal of %v", a.taints), func() error {
 				_, refusal, err := check.CheckRemoval(ctx)
 				if err != nil {
@@ -167,7 +168,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 	It("still refuses, by its rule, what the agent must never do on it", func(ctx SpecContext) {
 		asFirst := asAgentOn(first, node)
 		err := patchNode(ctx, asFirst, node, func(n *corev1.Node) {
-			n.Annotations[controllers.RemovedAnnotation] += "," + first.taints[0].String()
+			n.Annotations[startuptaint.RemovedAnnotation] += "," + first.taints[0].String()
 		})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
 		Expect(err.Error()).To(ContainSubstring(msgRemovedRecord))
@@ -183,7 +184,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 // the policy trusts with the fields the agent writes.
 func asAgentOn(a agent, node string) client.Client {
 	GinkgoHelper()
-	return client.WithFieldOwner(impersonating(a.user, a.groups, node), controllers.FieldManager)
+	return client.WithFieldOwner(impersonating(a.user, a.groups, node), startuptaint.FieldManager)
 }
 
 // applyUntilDone applies the rendered objects and deletes them when the container ends, their

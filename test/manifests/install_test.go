@@ -33,6 +33,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
@@ -96,8 +97,8 @@ type agent struct {
 	// serves several (--config); taints is its parsed form, every group's, and groupTaints each
 	// group's.
 	taintList   string
-	taints      []controllers.TaintSpec
-	groupTaints [][]controllers.TaintSpec
+	taints      []startuptaint.TaintSpec
+	groupTaints [][]startuptaint.TaintSpec
 	// retaintAfter and conditionType are the rendered --retaint-after and --condition-type (each
 	// group's, comma-separated), empty when off.
 	retaintAfter, conditionType string
@@ -158,9 +159,9 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 			}
 			Expect(a.taintList).NotTo(BeEmpty(), "STARTUP_TAINTS has a rendered value")
 			for _, list := range strings.Split(a.taintList, ";") {
-				var group []controllers.TaintSpec
+				var group []startuptaint.TaintSpec
 				for _, item := range strings.Split(list, ",") {
-					spec, err := controllers.ParseTaintSpec(strings.TrimSpace(item))
+					spec, err := startuptaint.ParseTaintSpec(strings.TrimSpace(item))
 					Expect(err).NotTo(HaveOccurred())
 					group = append(group, spec)
 				}
@@ -181,7 +182,7 @@ func agentOf(objs []*unstructured.Unstructured) agent {
 
 // configuredGroups reads each group's taints from the groups file (--config) of the install: the
 // data of its one ConfigMap, which the DaemonSet mounts.
-func configuredGroups(objs []*unstructured.Unstructured) [][]controllers.TaintSpec {
+func configuredGroups(objs []*unstructured.Unstructured) [][]startuptaint.TaintSpec {
 	GinkgoHelper()
 	maps := only[corev1.ConfigMap](objs, "ConfigMap")
 	Expect(maps).To(HaveLen(1))
@@ -191,7 +192,7 @@ func configuredGroups(objs []*unstructured.Unstructured) [][]controllers.TaintSp
 		} `json:"groups"`
 	}
 	Expect(yaml.Unmarshal([]byte(maps[0].Data["groups.yaml"]), &file)).To(Succeed())
-	out := make([][]controllers.TaintSpec, 0, len(file.Groups))
+	out := make([][]startuptaint.TaintSpec, 0, len(file.Groups))
 	for _, g := range file.Groups {
 		var items []any
 		switch t := g.Taint.(type) {
@@ -200,10 +201,10 @@ func configuredGroups(objs []*unstructured.Unstructured) [][]controllers.TaintSp
 		case []any:
 			items = t
 		}
-		var group []controllers.TaintSpec
+		var group []startuptaint.TaintSpec
 		for _, item := range items {
 			for _, s := range strings.Split(fmt.Sprint(item), ",") {
-				spec, err := controllers.ParseTaintSpec(strings.TrimSpace(s))
+				spec, err := startuptaint.ParseTaintSpec(strings.TrimSpace(s))
 				Expect(err).NotTo(HaveOccurred())
 				group = append(group, spec)
 			}
@@ -214,7 +215,7 @@ func configuredGroups(objs []*unstructured.Unstructured) [][]controllers.TaintSp
 }
 
 // startupTaint is the taint a node registers with for spec.
-func startupTaint(spec controllers.TaintSpec) corev1.Taint {
+func startupTaint(spec startuptaint.TaintSpec) corev1.Taint {
 	effect := spec.Effect
 	if effect == "" {
 		effect = corev1.TaintEffectNoExecute
@@ -224,7 +225,7 @@ func startupTaint(spec controllers.TaintSpec) corev1.Taint {
 
 // servedSince is the first minor of Kubernetes 1.x that serves each kind an install renders, where
 // that is later than the oldest supported minor.
-var servedSince = map[string]int{"MutatingAdmissionPolicy": controllers.TaintAtRegistrationMinor, "MutatingAdmissionPolicyBinding": controllers.TaintAtRegistrationMinor}
+var servedSince = map[string]int{"MutatingAdmissionPolicy": startuptaint.TaintAtRegistrationMinor, "MutatingAdmissionPolicyBinding": startuptaint.TaintAtRegistrationMinor}
 
 // served reports whether the API server serves obj's kind.
 func served(obj *unstructured.Unstructured) bool {
@@ -315,7 +316,7 @@ func isNamespaced(obj *unstructured.Unstructured) bool {
 
 // startAgent runs the real controller, configured as the binary is, with c's identity, and returns
 // a channel that receives what the manager's Start returned; the spec's cleanup stops it.
-func startAgent(c *rest.Config, node string, taints []controllers.TaintSpec, confinement *controllers.ConfinementCheck,
+func startAgent(c *rest.Config, node string, taints []startuptaint.TaintSpec, confinement *controllers.ConfinementCheck,
 	configure ...func(*controllers.NodeReconciler)) <-chan error {
 	GinkgoHelper()
 	r := &controllers.NodeReconciler{NodeName: node,
@@ -341,21 +342,21 @@ func tagged(tag string) string { return "[" + tag + "]" }
 
 // The refusals the table expects: the shipped policies' tags, and RBAC's words.
 var (
-	msgOtherNode     = tagged(controllers.RefusalOwnNode)
-	msgTaintsOnly    = tagged(controllers.RefusalTaints)
-	msgMetadata      = tagged(controllers.RefusalMetadata)
-	msgSpec          = tagged(controllers.RefusalSpec)
-	msgEntries       = tagged(controllers.RefusalManagedEntries)
-	msgGained        = tagged(controllers.RefusalManagedGained)
-	msgLost          = tagged(controllers.RefusalManagedLost)
-	msgNoNodeClaim   = tagged(controllers.RefusalNodeClaim)
-	msgEvents        = tagged(controllers.RefusalEventRegarding)
-	msgEventReporter = tagged(controllers.RefusalEventReporter)
-	msgEventMetadata = tagged(controllers.RefusalEventMetadata)
-	msgEventUpdate   = tagged(controllers.RefusalEventUpdate)
-	msgRemovedRecord = tagged(controllers.RefusalRemovedRecord)
-	msgBootRecord    = tagged(controllers.RefusalBootRecord)
-	msgCondition     = tagged(controllers.RefusalCondition)
+	msgOtherNode     = tagged(startuptaint.RefusalOwnNode)
+	msgTaintsOnly    = tagged(startuptaint.RefusalTaints)
+	msgMetadata      = tagged(startuptaint.RefusalMetadata)
+	msgSpec          = tagged(startuptaint.RefusalSpec)
+	msgEntries       = tagged(startuptaint.RefusalManagedEntries)
+	msgGained        = tagged(startuptaint.RefusalManagedGained)
+	msgLost          = tagged(startuptaint.RefusalManagedLost)
+	msgNoNodeClaim   = tagged(startuptaint.RefusalNodeClaim)
+	msgEvents        = tagged(startuptaint.RefusalEventRegarding)
+	msgEventReporter = tagged(startuptaint.RefusalEventReporter)
+	msgEventMetadata = tagged(startuptaint.RefusalEventMetadata)
+	msgEventUpdate   = tagged(startuptaint.RefusalEventUpdate)
+	msgRemovedRecord = tagged(startuptaint.RefusalRemovedRecord)
+	msgBootRecord    = tagged(startuptaint.RefusalBootRecord)
+	msgCondition     = tagged(startuptaint.RefusalCondition)
 )
 
 const msgRBAC = "cannot"
@@ -363,9 +364,9 @@ const msgRBAC = "cannot"
 // msgStatus is the policy's refusal of a status write that is not the agent's own condition.
 func (a agent) msgStatus() string {
 	if a.conditionType == "" {
-		return tagged(controllers.RefusalStatusOff)
+		return tagged(startuptaint.RefusalStatusOff)
 	}
-	return tagged(controllers.RefusalStatus)
+	return tagged(startuptaint.RefusalStatus)
 }
 
 var _ = Describe("every README install", func() {
@@ -412,7 +413,7 @@ var _ = Describe("the rendered installs", func() {
 				DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
 				return name
 			}
-			removeStartup := func(n *corev1.Node) { n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints) }
+			removeStartup := func(n *corev1.Node) { n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints) }
 			asAgent := func(node string) client.Client { return asAgentOn(a, node) }
 
 			BeforeAll(func(ctx SpecContext) {
@@ -506,19 +507,19 @@ var _ = Describe("the rendered installs", func() {
 				Eventually(func(g Gomega) {
 					node := &corev1.Node{}
 					g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 					g.Expect(node.Spec.Taints).To(ContainElement(other))
 					g.Expect(node.Labels).To(Equal(map[string]string{"zone": "a"}))
 					g.Expect(node.Annotations).To(HaveLen(2))
 					g.Expect(node.Annotations).To(HaveKeyWithValue("note", "n"))
-					g.Expect(strings.Split(node.Annotations[controllers.RemovedAnnotation], ",")).To(ConsistOf(a.removedSpecs()))
+					g.Expect(strings.Split(node.Annotations[startuptaint.RemovedAnnotation], ",")).To(ConsistOf(a.removedSpecs()))
 				}).Should(Succeed())
 				Eventually(func() float64 { return testutil.ToFloat64(metrics.Default().Confined) }).Should(Equal(1.0))
 				Eventually(func(g Gomega) {
 					list := &eventsv1.EventList{}
 					g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 					g.Expect(list.Items).To(ContainElement(And(
-						HaveField("Reason", controllers.EventReasonTaintRemoved), HaveField("Regarding.Name", name))))
+						HaveField("Reason", startuptaint.EventReasonTaintRemoved), HaveField("Regarding.Name", name))))
 				}).Should(Succeed(), "the policy lets it record events about its own Node")
 				Consistently(done, "500ms").ShouldNot(Receive(), "a confined agent keeps running with --require-confinement")
 			})
@@ -531,7 +532,7 @@ var _ = Describe("the rendered installs", func() {
 				Expect(outcome).To(Equal(controllers.Confined))
 				node := &corev1.Node{}
 				Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-				Expect(node.Labels).NotTo(HaveKey(controllers.ConfinementProbeLabel))
+				Expect(node.Labels).NotTo(HaveKey(startuptaint.ConfinementProbeLabel))
 			})
 
 			// Each forbidden request is made on a node of its own whose name the token claims.
@@ -551,7 +552,7 @@ var _ = Describe("the rendered installs", func() {
 				}, msgOtherNode},
 				{"removing another taint", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: other.Key}})
+						n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: other.Key}})
 					})
 				}, msgTaintsOnly},
 				{"adding a taint", func(ctx context.Context, c client.Client, own string) error {
@@ -580,7 +581,7 @@ var _ = Describe("the rendered installs", func() {
 				{"recording another taint as removed once", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() + "," + other.Key
+						n.Annotations[startuptaint.RemovedAnnotation] = a.taints[0].String() + "," + other.Key
 					})
 				}, msgRemovedRecord},
 				{"reordering the taints", func(ctx context.Context, c client.Client, own string) error {
@@ -595,43 +596,43 @@ var _ = Describe("the rendered installs", func() {
 					return patchNode(ctx, c, own, func(n *corev1.Node) { removeStartup(n); slices.Reverse(n.Spec.Taints) })
 				}, msgTaintsOnly},
 				{"recording its own startup taint as removed without removing it", func(ctx context.Context, c client.Client, own string) error {
-					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String() })
+					return patchNode(ctx, c, own, func(n *corev1.Node) { n.Annotations[startuptaint.RemovedAnnotation] = a.taints[0].String() })
 				}, msgRemovedRecord},
 				{"recording its own startup taint twice", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.Annotations[controllers.RemovedAnnotation] = strings.Repeat(a.taints[0].String()+",", 2000) + a.taints[0].String()
+						n.Annotations[startuptaint.RemovedAnnotation] = strings.Repeat(a.taints[0].String()+",", 2000) + a.taints[0].String()
 					})
 				}, msgRemovedRecord},
 				{"recording again a taint the record lists", func(ctx context.Context, c client.Client, own string) error {
 					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
-						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
+						n.Annotations[startuptaint.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
 					}); err != nil {
 						return err
 					}
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.Annotations[controllers.RemovedAnnotation] += "," + a.taints[0].String()
+						n.Annotations[startuptaint.RemovedAnnotation] += "," + a.taints[0].String()
 					})
 				}, msgRemovedRecord},
 				{"rewriting the record of removed taints", func(ctx context.Context, c client.Client, own string) error {
 					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
-						n.Annotations[controllers.RemovedAnnotation] = "example.com/a,example.com/b"
+						n.Annotations[startuptaint.RemovedAnnotation] = "example.com/a,example.com/b"
 					}); err != nil {
 						return err
 					}
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.Annotations[controllers.RemovedAnnotation] = "example.com/b,example.com/a," + strings.Join(a.removedSpecs(), ",")
+						n.Annotations[startuptaint.RemovedAnnotation] = "example.com/b,example.com/a," + strings.Join(a.removedSpecs(), ",")
 					})
 				}, msgRemovedRecord},
 				{"erasing the record of removed taints", func(ctx context.Context, c client.Client, own string) error {
 					if err := patchNode(ctx, k8sClient, own, func(n *corev1.Node) {
-						n.Annotations[controllers.RemovedAnnotation] = a.taints[0].String()
+						n.Annotations[startuptaint.RemovedAnnotation] = a.taints[0].String()
 					}); err != nil {
 						return err
 					}
-					return patchNode(ctx, c, own, func(n *corev1.Node) { delete(n.Annotations, controllers.RemovedAnnotation) })
+					return patchNode(ctx, c, own, func(n *corev1.Node) { delete(n.Annotations, startuptaint.RemovedAnnotation) })
 				}, msgMetadata},
 				{"setting metadata.generateName", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) { n.GenerateName = "forged-" })
@@ -653,14 +654,14 @@ var _ = Describe("the rendered installs", func() {
 				}, msgEntries},
 				{"forging an Apply entry of its own manager that owns the taints without a change (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationApply, "", `{"f:spec":{"f:taints":{}}}`))
+						n.ManagedFields = append(n.ManagedFields, managedEntry(startuptaint.FieldManager, metav1.ManagedFieldsOperationApply, "", `{"f:spec":{"f:taints":{}}}`))
 					})
 				}, msgEntries},
 				{"adding 2,000 entries of its own manager (managedFields), 780 KB of Node", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						for i := range 2000 {
 							n.ManagedFields = append(n.ManagedFields,
-								managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, fmt.Sprintf("s%d", i), `{"f:spec":{"f:taints":{}}}`))
+								managedEntry(startuptaint.FieldManager, metav1.ManagedFieldsOperationUpdate, fmt.Sprintf("s%d", i), `{"f:spec":{"f:taints":{}}}`))
 						}
 					})
 				}, msgEntries},
@@ -668,7 +669,7 @@ var _ = Describe("the rendered installs", func() {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
 						for i := range n.ManagedFields {
-							if n.ManagedFields[i].Manager != controllers.FieldManager {
+							if n.ManagedFields[i].Manager != startuptaint.FieldManager {
 								n.ManagedFields[i].Time = &metav1.Time{Time: time.Unix(0, 0)}
 							}
 						}
@@ -686,13 +687,13 @@ var _ = Describe("the rendered installs", func() {
 				{"giving its own entry fields it never writes (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:metadata":{"f:labels":{"f:zone":{}}}}`))
+						n.ManagedFields = append(n.ManagedFields, managedEntry(startuptaint.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:metadata":{"f:labels":{"f:zone":{}}}}`))
 					})
 				}, msgGained},
 				{"giving its own entry a leaf of the spec (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
 						removeStartup(n)
-						n.ManagedFields = append(n.ManagedFields, managedEntry(controllers.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:spec":{"f:unschedulable":{}}}`))
+						n.ManagedFields = append(n.ManagedFields, managedEntry(startuptaint.FieldManager, metav1.ManagedFieldsOperationUpdate, "", `{"f:spec":{"f:unschedulable":{}}}`))
 					})
 				}, msgGained},
 				{"removing another manager's ownership of a label (managedFields)", func(ctx context.Context, c client.Client, own string) error {
@@ -767,7 +768,7 @@ var _ = Describe("the rendered installs", func() {
 				}, msgEvents},
 				{"recording a NodeNotReady warning as another node's agent", func(ctx context.Context, c client.Client, own string) error {
 					event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
-					event.ReportingInstance, event.Type, event.Reason = controllers.EventSource+"-"+own+"-other", corev1.EventTypeWarning, "NodeNotReady"
+					event.ReportingInstance, event.Type, event.Reason = startuptaint.EventSource+"-"+own+"-other", corev1.EventTypeWarning, "NodeNotReady"
 					return c.Create(ctx, event, client.DryRunAll)
 				}, msgEventReporter},
 				{"recording an event with a 250 KiB annotation", func(ctx context.Context, c client.Client, own string) error {
@@ -781,20 +782,20 @@ var _ = Describe("the rendered installs", func() {
 					return c.Create(ctx, event, client.DryRunAll)
 				}, msgEventMetadata},
 				{"counting 999999 repeats of another install's event about its Node, and labelling it", func(ctx context.Context, c client.Client, own string) error {
-					event := recordedEvent(ctx, own, controllers.EventSource+"-another-install-pod")
+					event := recordedEvent(ctx, own, startuptaint.EventSource+"-another-install-pod")
 					return patchEvent(ctx, c, event, func(e *eventsv1.Event) {
 						e.Labels = map[string]string{"example.com/owner": "me"}
 						e.Series = &eventsv1.EventSeries{Count: 999999, LastObservedTime: metav1.NowMicro()}
 					})
 				}, msgEventUpdate},
 				{"counting 999999 repeats of its own event", func(ctx context.Context, c client.Client, own string) error {
-					event := recordedEvent(ctx, own, controllers.EventSource+"-"+own)
+					event := recordedEvent(ctx, own, startuptaint.EventSource+"-"+own)
 					return patchEvent(ctx, c, event, func(e *eventsv1.Event) {
 						e.Series = &eventsv1.EventSeries{Count: 999999, LastObservedTime: metav1.NowMicro()}
 					})
 				}, msgEventUpdate},
 				{"labelling its own event", func(ctx context.Context, c client.Client, own string) error {
-					event := recordedEvent(ctx, own, controllers.EventSource+"-"+own)
+					event := recordedEvent(ctx, own, startuptaint.EventSource+"-"+own)
 					return patchEvent(ctx, c, event, func(e *eventsv1.Event) { e.Labels = map[string]string{"example.com/owner": "me"} })
 				}, msgEventMetadata},
 			}
@@ -871,15 +872,18 @@ var _ = Describe("the rendered installs", func() {
 				}{
 					"no annotations": {meta: func(n *corev1.Node) { n.Annotations = nil },
 						stored: func(n *corev1.Node) bool { return n.Annotations == nil }},
-					"an empty removed record": {meta: func(n *corev1.Node) { n.Annotations[controllers.RemovedAnnotation] = "" },
-						stored: func(n *corev1.Node) bool { v, ok := n.Annotations[controllers.RemovedAnnotation]; return ok && v == "" }},
+					"an empty removed record": {meta: func(n *corev1.Node) { n.Annotations[startuptaint.RemovedAnnotation] = "" },
+						stored: func(n *corev1.Node) bool {
+							v, ok := n.Annotations[startuptaint.RemovedAnnotation]
+							return ok && v == ""
+						}},
 					"no labels": {meta: func(n *corev1.Node) { n.Labels = nil }, stored: func(n *corev1.Node) bool { return n.Labels == nil }},
 					"a managedFields entry without a manager": {meta: withEntry(entry("", "", &metav1.Time{Time: time.Now()})),
 						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "" })},
 					"a managedFields entry without a time": {meta: withEntry(entry("other", "", nil)),
 						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "other" && e.Time == nil })},
-					"a managedFields entry of its own manager without a time": {meta: withEntry(entry(controllers.FieldManager, "", nil)),
-						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == controllers.FieldManager && e.Time == nil })},
+					"a managedFields entry of its own manager without a time": {meta: withEntry(entry(startuptaint.FieldManager, "", nil)),
+						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == startuptaint.FieldManager && e.Time == nil })},
 					"a managedFields entry of the status subresource without a manager": {meta: withEntry(entry("", "status", nil)),
 						stored: hasEntry(func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "" && e.Subresource == "status" })},
 					"no managedFields": {meta: func(n *corev1.Node) { n.ManagedFields = []metav1.ManagedFieldsEntry{{}} },
@@ -912,7 +916,7 @@ var _ = Describe("the rendered installs", func() {
 						if n.Annotations == nil {
 							n.Annotations = map[string]string{}
 						}
-						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
+						n.Annotations[startuptaint.RemovedAnnotation] = strings.Join(a.removedSpecs(), ",")
 					})).To(Succeed(), "the agent's removal, with %s", what)
 					if a.conditionType != "" {
 						Expect(writeStatus(ctx, asAgent(own), own, func(n *corev1.Node) {
@@ -932,7 +936,7 @@ var _ = Describe("the rendered installs", func() {
 					wrong := corev1.Taint{Key: spec.Key, Effect: corev1.TaintEffectPreferNoSchedule}
 					own := newNode(ctx, wrong)
 					err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
-						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: spec.Key}})
+						n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: spec.Key}})
 					})
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
 					Expect(err.Error()).To(ContainSubstring(msgTaintsOnly))
@@ -975,8 +979,8 @@ var _ = Describe("the rendered installs", func() {
 					Expect(patchNode(ctx, asAgent(own), own, add(back))).To(Succeed(), "puts %s back", back.ToString())
 					removed = append(removed, back.ToString())
 					Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
-						n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: back.Key, Effect: back.Effect}})
-						n.Annotations[controllers.RemovedAnnotation] = strings.Join(removed, ",")
+						n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: back.Key, Effect: back.Effect}})
+						n.Annotations[startuptaint.RemovedAnnotation] = strings.Join(removed, ",")
 					})).To(Succeed(), "and takes %s off again, recording it", back.ToString())
 				}
 			})
@@ -996,10 +1000,10 @@ var _ = Describe("the rendered installs", func() {
 					return "example.com/other=boot-0," + strings.Join(entries, ",")
 				}
 				Expect(writeStatus(ctx, kubelet(ctx, own), own, boot("boot-1"))).To(Succeed())
-				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Annotations[controllers.BootAnnotation] = "example.com/other=boot-0" })).To(Succeed())
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Annotations[startuptaint.BootAnnotation] = "example.com/other=boot-0" })).To(Succeed())
 				Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
 					removeStartup(n)
-					n.Annotations[controllers.BootAnnotation] = record("boot-1")
+					n.Annotations[startuptaint.BootAnnotation] = record("boot-1")
 				})).To(Succeed(), "the removal records the boot")
 				for what, value := range map[string]string{
 					"another boot ID in its entry":   record("forged"),
@@ -1007,7 +1011,7 @@ var _ = Describe("the rendered installs", func() {
 					"its entry removed":              "example.com/other=boot-0",
 					"another install's entry erased": strings.TrimPrefix(record("boot-1"), "example.com/other=boot-0,"),
 				} {
-					err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) { n.Annotations[controllers.BootAnnotation] = value })
+					err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) { n.Annotations[startuptaint.BootAnnotation] = value })
 					Expect(err).To(MatchError(ContainSubstring(msgBootRecord)), what)
 				}
 				backs := make([]corev1.Taint, 0, len(a.groupTaints))
@@ -1018,10 +1022,10 @@ var _ = Describe("the rendered installs", func() {
 				takeOff := func(id string) func(*corev1.Node) {
 					return func(n *corev1.Node) {
 						for _, b := range backs {
-							n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, []controllers.TaintSpec{{Key: b.Key, Effect: b.Effect}})
+							n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: b.Key, Effect: b.Effect}})
 						}
-						n.Annotations[controllers.RemovedAnnotation] = strings.Join(a.retaints(), ",")
-						n.Annotations[controllers.BootAnnotation] = record(id)
+						n.Annotations[startuptaint.RemovedAnnotation] = strings.Join(a.retaints(), ",")
+						n.Annotations[startuptaint.BootAnnotation] = record(id)
 					}
 				}
 				if a.retaintAfter == "" {
@@ -1050,7 +1054,7 @@ var _ = Describe("the rendered installs", func() {
 				By("a graceful shutdown: kubelet's Ready condition says so")
 				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) {
 					n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
-						Message: "[container runtime is down, " + controllers.NodeShuttingDownMessage + "]"}}
+						Message: "[container runtime is down, " + startuptaint.NodeShuttingDownMessage + "]"}}
 				})).To(Succeed())
 				Expect(patchNode(ctx, asAgent(own), own, putBack)).To(Succeed(), "the taints go back as the node shuts down")
 				err := patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
@@ -1159,7 +1163,7 @@ var _ = Describe("the rendered installs", func() {
 						node := &corev1.Node{}
 						g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 						// Less the taint the API server adds to every new Node, which no kubelet here clears.
-						node.Spec.Taints = controllers.WithoutTaints(node.Spec.Taints, []controllers.TaintSpec{{Key: corev1.TaintNodeNotReady}})
+						node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: corev1.TaintNodeNotReady}})
 						return node
 					}
 					Eventually(func(g Gomega) { g.Expect(nodeNow(g).Spec.Taints).To(Equal([]corev1.Taint{other})) }).Should(Succeed())
@@ -1218,7 +1222,7 @@ var _ = Describe("the rendered installs", func() {
 				own := newNode(ctx)
 				event := nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
 				Expect(asAgent(own).Create(ctx, event, client.DryRunAll)).To(Succeed())
-				Expect(patchEvent(ctx, asAgent(own), recordedEvent(ctx, own, controllers.EventSource+"-"+own), func(e *eventsv1.Event) {
+				Expect(patchEvent(ctx, asAgent(own), recordedEvent(ctx, own, startuptaint.EventSource+"-"+own), func(e *eventsv1.Event) {
 					e.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: metav1.NowMicro()}
 				})).To(Succeed(), "counts a repeat of its own event")
 				event = nodeEvent(own, metav1.NamespaceDefault, nodeRef(own))
@@ -1274,7 +1278,7 @@ var _ = Describe("the rendered installs", func() {
 					err := patchNode(ctx, asAgent(own), own, removeStartup)
 					g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent keeps no rights, got %v", err)
 					g.Expect(err.Error()).To(ContainSubstring(msgRBAC))
-					g.Expect(err.Error()).NotTo(ContainSubstring(controllers.PolicyMessagePrefix))
+					g.Expect(err.Error()).NotTo(ContainSubstring(startuptaint.PolicyMessagePrefix))
 				}).Should(Succeed())
 			})
 		})
@@ -1396,7 +1400,7 @@ var _ = Describe("a render that left the placeholders as words, as kustomize bef
 		const settings = "cannot work with the settings this policy was rendered with (taints '" // and the rest, as rendered
 		asAgent := asAgentOn(a, node.Name)
 		refusedOnceLoaded(ctx, asAgent, node.Name, func(n *corev1.Node) {
-			n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
 		}, ContainSubstring(settings), "the taints")
 		for what, change := range map[string]func(*corev1.Node){
 			"the condition the placeholder names": func(n *corev1.Node) {
@@ -1463,8 +1467,8 @@ var _ = Describe("a render with settings the agent refuses", func() {
 			bindRole(ctx, grant.Name, a.namespace, a.serviceAccount)
 			settings := "'" + setting.value + "'"
 			refusedOnceLoaded(ctx, asAgentOn(a, node.Name), node.Name, func(n *corev1.Node) {
-				n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
-			}, And(ContainSubstring(tagged(controllers.RefusalSettings)), ContainSubstring(settings)), "%s %s", setting.variable, setting.value)
+				n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
+			}, And(ContainSubstring(tagged(startuptaint.RefusalSettings)), ContainSubstring(settings)), "%s %s", setting.variable, setting.value)
 			Expect(k8sClient.Delete(ctx, binding)).To(Succeed())
 			Expect(k8sClient.Delete(ctx, bad)).To(Succeed())
 			Expect(k8sClient.Delete(ctx, grant)).To(Succeed())
@@ -1552,7 +1556,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 		DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, node)).To(Succeed()) })
 		return node
 	}
-	specs := []controllers.TaintSpec{{Key: "example.com/agent-not-ready"}}
+	specs := []startuptaint.TaintSpec{{Key: "example.com/agent-not-ready"}}
 
 	It("finds an admin not confined, warns with an event, and keeps working", func(ctx SpecContext) {
 		node := newUnconfinedNode(ctx, "unconfined-node")
@@ -1562,15 +1566,15 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", startuptaint.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Regarding.Name", node.Name))))
 		}).Should(Succeed())
 		Expect(testutil.ToFloat64(metrics.Default().Confined)).To(Equal(0.0))
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
-			g.Expect(controllers.MatchingTaints(node.Spec.Taints, specs)).To(BeEmpty())
+			g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, specs)).To(BeEmpty())
 		}).Should(Succeed())
-		Expect(node.Labels).NotTo(HaveKey(controllers.ConfinementProbeLabel), "the check is a dry run")
+		Expect(node.Labels).NotTo(HaveKey(startuptaint.ConfinementProbeLabel), "the check is a dry run")
 		Consistently(done, "200ms").ShouldNot(Receive())
 	})
 
@@ -1585,7 +1589,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", startuptaint.EventReasonNotConfined), HaveField("Type", corev1.EventTypeWarning),
 				HaveField("Regarding.Name", node.Name),
 				HaveField("Note", ContainSubstring("confinement is required: it removes no startup taint and writes nothing")))))
 		}).Should(Succeed())
@@ -1593,7 +1597,7 @@ var _ = Describe("the confinement check, with no policy judging the agent", func
 		Expect(confinement.Ready(nil)).To(MatchError(ContainSubstring("confinement is required")))
 		Consistently(func(g Gomega) {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
-			g.Expect(controllers.MatchingTaints(node.Spec.Taints, specs)).NotTo(BeEmpty())
+			g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, specs)).NotTo(BeEmpty())
 			g.Expect(node.Status.Conditions).To(BeEmpty())
 		}, "2s").Should(Succeed(), "no taint removed and no condition written")
 		Expect(done).NotTo(Receive(), "the agent keeps running, and keeps checking")
@@ -1646,8 +1650,8 @@ func nodeRef(name string) corev1.ObjectReference {
 func nodeEvent(node, namespace string, regarding corev1.ObjectReference) *eventsv1.Event {
 	return &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-", Namespace: namespace},
-		EventTime:  metav1.NowMicro(), ReportingController: controllers.EventSource, ReportingInstance: controllers.EventSource + "-" + node,
-		Action: "RemoveTaint", Reason: controllers.EventReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
+		EventTime:  metav1.NowMicro(), ReportingController: startuptaint.EventSource, ReportingInstance: startuptaint.EventSource + "-" + node,
+		Action: "RemoveTaint", Reason: startuptaint.EventReasonTaintRemoved, Type: corev1.EventTypeNormal, Regarding: regarding,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -22,7 +23,7 @@ import (
 // cannot tell that change from one the agent made, and refuses it; the agent, which sends no such
 // change, recognises the refusal and says which step to look at.
 var _ = Describe("another mutating admission step on Node updates", Ordered, func() {
-	if !expectations.ServesMinor(controllers.TaintAtRegistrationMinor) {
+	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 		return // MutatingAdmissionPolicy is served from the minor that taint at registration needs
 	}
 	var a agent
@@ -76,11 +77,11 @@ var _ = Describe("another mutating admission step on Node updates", Ordered, fun
 			list := &eventsv1.EventList{}
 			g.Expect(k8sClient.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
 			g.Expect(list.Items).To(ContainElement(And(
-				HaveField("Reason", controllers.EventReasonRemovalRefused), HaveField("Regarding.Name", node.Name),
+				HaveField("Reason", startuptaint.EventReasonRemovalRefused), HaveField("Regarding.Name", node.Name),
 				HaveField("Note", And(ContainSubstring("mutating admission steps on Node updates"),
 					ContainSubstring("changed annotations example.com/last-writer on the way"))))))
 		}).Should(Succeed(), "the agent's warning names the step and the annotation it stamped")
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)).To(Succeed())
-		Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).NotTo(BeEmpty(), "the policy refused the removal")
+		Expect(startuptaint.MatchingTaints(node.Spec.Taints, a.taints)).NotTo(BeEmpty(), "the policy refused the removal")
 	})
 })

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
@@ -158,7 +158,7 @@ var _ = Describe("taint at registration's selector and the DaemonSet", func() {
 })
 
 var _ = Describe("taint at registration", func() {
-	if !expectations.ServesMinor(controllers.TaintAtRegistrationMinor) {
+	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 		// Nothing to judge on this minor: apply shows the API server refuses the policy's kind.
 		return
 	}
@@ -233,7 +233,7 @@ var _ = Describe("taint at registration", func() {
 				Eventually(func(g Gomega) {
 					node := &corev1.Node{}
 					g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 				}).Should(Succeed(), "the agent removes them")
 			})
 
@@ -241,7 +241,7 @@ var _ = Describe("taint at registration", func() {
 				name := nodeName()
 				first := firstVersion(ctx, name, hollowkubelet.Options{Kubeconfig: kubeletKubeconfig(ctx, name), Node: name,
 					Labels: map[string]string{"example.com/pool": "other"}})
-				Expect(controllers.MatchingTaints(first.Spec.Taints, a.taints)).To(BeEmpty())
+				Expect(startuptaint.MatchingTaints(first.Spec.Taints, a.taints)).To(BeEmpty())
 			})
 
 			It("gives a Node that kubelet registers again no taint", func(ctx SpecContext) {
@@ -249,7 +249,7 @@ var _ = Describe("taint at registration", func() {
 				o := hollowkubelet.Options{Kubeconfig: kubeletKubeconfig(ctx, name), Node: name, Labels: pool, Log: GinkgoWriter}
 				Expect(firstVersion(ctx, name, o).Spec.Taints).To(ContainElements(startup()))
 				Expect(patchNode(ctx, k8sClient, name, func(n *corev1.Node) {
-					n.Spec.Taints = controllers.WithoutTaints(n.Spec.Taints, a.taints)
+					n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
 				})).To(Succeed(), "the taints are removed, as the agent does")
 
 				By("kubelet restarts, and registers the Node again")
@@ -262,7 +262,7 @@ var _ = Describe("taint at registration", func() {
 					g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
 					g.Expect(node.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.NodeReady),
 						HaveField("LastHeartbeatTime.Time", BeTemporally(">", restarted.Truncate(time.Second))))), "the new kubelet posts its status")
-					g.Expect(controllers.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
 				}, time.Minute).Should(Succeed())
 			})
 
@@ -340,7 +340,7 @@ var _ = Describe("taint at registration", func() {
 					Expect(k8sClient.Delete(ctx, obj.DeepCopy())).To(Succeed())
 					By("a Node registers with " + obj.GetKind() + " " + obj.GetName() + " deleted")
 					Eventually(func(g Gomega) {
-						g.Expect(controllers.MatchingTaints(register(ctx, pool).Spec.Taints, a.taints)).To(BeEmpty())
+						g.Expect(startuptaint.MatchingTaints(register(ctx, pool).Spec.Taints, a.taints)).To(BeEmpty())
 					}).Should(Succeed(), "once the API server sees the deletion, nothing is added")
 					nodeWritesWork(ctx, nodeName())
 					Expect(k8sClient.Create(ctx, obj.DeepCopy())).To(Succeed())
@@ -353,11 +353,11 @@ var _ = Describe("taint at registration", func() {
 			It("uninstalls step by step without ever keeping a Node from registering, and then kubelets register normally", func(ctx SpecContext) {
 				uninstall(ctx, objs, prefix+"-uninstall", func(ctx context.Context) { register(ctx, pool) })
 				Eventually(func(g Gomega) {
-					g.Expect(controllers.MatchingTaints(register(ctx, pool).Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(startuptaint.MatchingTaints(register(ctx, pool).Spec.Taints, a.taints)).To(BeEmpty())
 				}).Should(Succeed())
 				name := nodeName()
 				first := firstVersion(ctx, name, hollowkubelet.Options{Kubeconfig: kubeletKubeconfig(ctx, name), Node: name, Labels: pool})
-				Expect(controllers.MatchingTaints(first.Spec.Taints, a.taints)).To(BeEmpty())
+				Expect(startuptaint.MatchingTaints(first.Spec.Taints, a.taints)).To(BeEmpty())
 			})
 		})
 	}

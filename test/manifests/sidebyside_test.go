@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // sideBySide are the recipes the README offers, each a separate install: config/default, the
@@ -131,7 +132,7 @@ var _ = Describe("every recipe installed side by side with kubectl apply -k", Or
 		}).Should(MatchError(And(ContainSubstring("ValidatingAdmissionPolicy '"+policies[dir]+"'"), ContainSubstring(refusal))),
 			"%s: a forbidden change, refused by its own policy", dir)
 		check := &controllers.ConfinementCheck{Client: asAgentOn(a, node.Name), NodeName: node.Name,
-			Taints: func() []controllers.TaintSpec { return a.taints }}
+			Taints: func() []startuptaint.TaintSpec { return a.taints }}
 		if conditionsOnly[dir] {
 			check.Conditions = []string{a.ownCondition()}
 		}

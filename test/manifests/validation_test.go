@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -109,7 +109,7 @@ var _ = Describe("taint keys", func() {
 		}
 		Eventually(func() error { _, err := verdicts(ctx, "example.com/x"); return err }).Should(Succeed(), "the API server picks the check up")
 
-		corpus, err := expectations.TaintSpecCorpus("../../controllers/testdata/taint-specs.txt")
+		corpus, err := expectations.TaintSpecCorpus("../../startuptaint/testdata/taint-specs.txt")
 		Expect(err).NotTo(HaveOccurred())
 		checked := 0
 		for _, spec := range corpus {
@@ -117,7 +117,7 @@ var _ = Describe("taint keys", func() {
 			if strings.ContainsAny(spec, ",;") || strings.TrimSpace(spec) == "" && spec != "" {
 				continue
 			}
-			_, parseErr := controllers.ParseTaintSpec(strings.TrimSpace(spec))
+			_, parseErr := startuptaint.ParseTaintSpec(strings.TrimSpace(spec))
 			want := fmt.Sprintf("admission=%t registration=%t", parseErr == nil, parseErr == nil)
 			got, err := verdicts(ctx, spec)
 			Expect(err).NotTo(HaveOccurred(), "%q", spec)

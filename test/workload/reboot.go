@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/controllers"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
@@ -95,12 +95,12 @@ func UnstampBootID(ctx context.Context, c client.Client, node string) error {
 }
 
 // ShutDown writes node's Ready condition as kubelet's shutdown manager does once a graceful
-// shutdown starts: False, with controllers.NodeShuttingDownMessage.
+// shutdown starts: False, with startuptaint.NodeShuttingDownMessage.
 func ShutDown(ctx context.Context, c client.Client, node string) error {
 	return expectations.PatchNodeStatus(ctx, c, node, func(n *corev1.Node) {
 		for i, cond := range n.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				n.Status.Conditions[i].Status, n.Status.Conditions[i].Message = corev1.ConditionFalse, controllers.NodeShuttingDownMessage
+				n.Status.Conditions[i].Status, n.Status.Conditions[i].Message = corev1.ConditionFalse, startuptaint.NodeShuttingDownMessage
 			}
 		}
 	})

@@ -1,7 +1,12 @@
 // Copyright 2026 The startup-taint-remover Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+// Package startuptaint holds the names that the agent, its kubectl plugin, its tests and its
+// admission policies share: the startup taint's spec and how it matches, the records and labels the
+// agent writes on its Node, its event reasons and actions, the refusal tags of its policies and the
+// Kubernetes minors it supports. It imports nothing heavier than k8s.io/api and apimachinery, so a
+// client that reads what the agent wrote need not compile the controller.
+package startuptaint
 
 import (
 	"fmt"
@@ -25,15 +30,6 @@ func (s TaintSpec) String() string {
 		return s.Key
 	}
 	return s.Key + ":" + string(s.Effect)
-}
-
-// specStrings returns each spec in its KEY[:EFFECT] form.
-func specStrings(specs []TaintSpec) []string {
-	out := make([]string, len(specs))
-	for i, s := range specs {
-		out[i] = s.String()
-	}
-	return out
 }
 
 // Matches reports whether t is selected by s.
@@ -80,6 +76,13 @@ func DefaultTaintSpec(driverName string) TaintSpec {
 // selects, and false when spec is no driver's.
 func DriverOf(spec TaintSpec) (string, bool) {
 	return strings.CutSuffix(spec.Key, driverTaintSuffix)
+}
+
+// RetaintSpec is the taint an agent puts back for the startup taints specs: the first one's key
+// with effect NoSchedule. Never NoExecute: the agent must not evict running pods, only keep new
+// ones away until its node's agent works again.
+func RetaintSpec(specs []TaintSpec) TaintSpec {
+	return TaintSpec{Key: specs[0].Key, Effect: corev1.TaintEffectNoSchedule}
 }
 
 // MatchingTaints returns the taints in taints that any spec selects, in their original order.

@@ -1,12 +1,13 @@
 // Copyright 2026 The startup-taint-remover Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package startuptaint
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -77,11 +78,11 @@ func TestMatchingAndWithoutTaints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := MatchingTaints(all, tt.specs); !equalTaints(got, tt.wantMatch) {
+			if got := MatchingTaints(all, tt.specs); !expectations.EqualTaints(got, tt.wantMatch) {
 				t.Errorf("MatchingTaints = %v, want %v", got, tt.wantMatch)
 			}
 			got := WithoutTaints(all, tt.specs)
-			if !equalTaints(got, tt.wantWithout) {
+			if !expectations.EqualTaints(got, tt.wantWithout) {
 				t.Errorf("WithoutTaints = %v, want %v", got, tt.wantWithout)
 			}
 			if len(got) > 0 && &got[0] == &all[0] {
@@ -99,16 +100,4 @@ func TestDefaultTaintSpecIsValid(t *testing.T) {
 	if _, err := ParseTaintSpec(spec.String()); err != nil {
 		t.Fatalf("default taint does not parse: %v", err)
 	}
-}
-
-func equalTaints(a, b []corev1.Taint) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !a[i].MatchTaint(&b[i]) || a[i].Value != b[i].Value {
-			return false
-		}
-	}
-	return true
 }

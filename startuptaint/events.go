@@ -1,0 +1,46 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package startuptaint
+
+// EventSource names the controller in the events it records; the admission policy lets the agent
+// record events only as it.
+const EventSource = "startup-taint-remover"
+
+// Event reasons: what the reconciler says happened, in the events it records on its Node (the
+// confinement check's are below). They are neither the gates' reason classes (gates.Reason*, in
+// metrics, logs and notes) nor the reasons of its Node condition (controllers.ConditionReasonGatesPass,
+// or the failing gate's title).
+const (
+	EventReasonTaintRemoved        = "TaintRemoved"
+	EventReasonTaintRemovedAgain   = "TaintRemovedAgain"
+	EventReasonTaintRemovedUnready = "TaintRemovedUnready"
+	EventReasonRemovalFailed       = "RemovalFailed"
+	EventReasonWouldRemoveTaint    = "WouldRemoveTaint"
+	EventReasonTaintAddedBack      = "TaintAddedBack"
+	EventReasonWouldAddTaint       = "WouldAddTaint"
+	// EventReasonWaitingForDriver: a driver's gate (gates.WaitsForDriver) holds the taints;
+	// EventReasonWaitingForAgent: another node agent's (an endpoint, a file, a pod, a condition).
+	EventReasonWaitingForDriver = "WaitingForDriver"
+	EventReasonWaitingForAgent  = "WaitingForAgent"
+	// EventReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
+	// startup taints (see controllers.RegistrationWindow).
+	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
+)
+
+// Event reasons of the confinement check: EventReasonNotConfined when no admission policy judges
+// the agent; EventReasonRemovalRefused when the API server refuses its dry-run removal of its
+// startup taints, and EventReasonRemovalAdmitted when it admits it again.
+const (
+	EventReasonNotConfined     = "NotConfined"
+	EventReasonRemovalRefused  = "RemovalRefused"
+	EventReasonRemovalAdmitted = "RemovalAdmitted"
+)
+
+// The actions of the TaintAddedBack events that say why a taint went back, beside continuous
+// mode's AddTaint: the plugin tells the cases apart by them.
+const (
+	EventActionAddTaintAfterReboot = "AddTaintAfterReboot"
+	EventActionAddTaintAtShutdown  = "AddTaintAtShutdown"
+	EventActionAddTaintAtCordon    = "AddTaintAtCordon"
+)
