@@ -92,7 +92,7 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 			history := watchNode(ctx, nodeName, retaint, conditionType)
 			registerDriver(ctx, nodeName, nil)
 			driver := startDriver(fakecsi.Ready)
-			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaint.ToString(), metrics.ResultAdded))
+			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseGate).Result))
 			writes := func(status corev1.ConditionStatus) float64 {
 				return testutil.ToFloat64(metrics.Default().ConditionWrites.WithLabelValues(string(status), metrics.ResultWritten))
 			}
@@ -132,7 +132,7 @@ var _ = Describe("Continuous mode and the Node condition", func() {
 			Eventually(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(BeEmpty()) }).WithContext(ctx).Should(Succeed())
 			Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(BeEmpty()) }, "1500ms").WithContext(ctx).Should(Succeed())
 			Expect(history.taints()).To(Equal([]bool{false, true, false}), "one re-taint, one removal")
-			Expect(testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaint.ToString(), metrics.ResultAdded)) - added).To(Equal(1.0))
+			Expect(testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseGate).Result)) - added).To(Equal(1.0))
 
 			// The condition follows every change of the verdict, flapping included, with one write each.
 			var statuses []corev1.ConditionStatus

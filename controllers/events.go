@@ -56,7 +56,7 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 		r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), p.v.notReady)
 	}
 	if p.wouldRetaint {
-		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.g.Taints), p.v)
+		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.v)
 	}
 }
 
@@ -160,44 +160,18 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
-// nodeStateCauses say, for the causes the Node's own state gives rather than a gate, how each
-// put-back is counted and told.
-var nodeStateCauses = map[string]struct{ result, action, eventType, why, until string }{
-	causeCordon: {metrics.ResultAddedAtCordon, startuptaint.EventActionAddTaintAtCordon, corev1.EventTypeNormal,
-		"the node is cordoned", "once the node is uncordoned and every gate passes"},
-	causeShutdown: {metrics.ResultAddedAtShutdown, startuptaint.EventActionAddTaintAtShutdown, corev1.EventTypeWarning,
-		"the node is shutting down", "once every gate passes after the boot"},
-}
-
-// reportRetaint reports a startup taint put back, for cause (continuous mode's failing gate when
-// empty): the counter, a Warning event and a log line.
-func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause string, v verdict) {
-	logger := log.FromContext(ctx)
-	switch cause {
-	case causeReboot:
-		r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAddedAfterReboot).Inc()
-		logger.Info("put a startup taint back: the node rebooted and a readiness gate does not pass yet", "taint", spec.String(),
-			"bootID", node.Status.NodeInfo.BootID, "gate", v.notReady.gate, "reason", v.notReady.reason)
-		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintAddedBack,
-			startuptaint.EventActionAddTaintAfterReboot,
-			"Put startup taint %s back: the node rebooted (boot %s): %s; it comes off once every gate passes",
-			spec, node.Status.NodeInfo.BootID, v.notReady.Error())
-		return
-	case causeCordon, causeShutdown:
-		say := nodeStateCauses[cause]
-		r.wired.metrics.Retaints.WithLabelValues(spec.String(), say.result).Inc()
-		logger.Info("put a startup taint back: "+say.why, "taint", spec.String())
-		r.wired.recorder.Eventf(node, nil, say.eventType, startuptaint.EventReasonTaintAddedBack, say.action,
-			"Put startup taint %s back: %s; it comes off %s", spec, say.why, say.until)
-		return
+// reportRetaint reports a startup taint put back, for cause: the counter, an event and a log line.
+func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause startuptaint.Cause,
+	v verdict) {
+	row := startuptaint.PutBackOf(cause)
+	why, until, details := ruleOf(cause).tell(r, node, v)
+	if why == "" {
+		why = row.Why
 	}
-	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultAdded).Inc()
-	failing := v.failingFor.Round(time.Millisecond)
-	logger.Info("put a startup taint back: a readiness gate stopped passing", "taint", spec.String(),
-		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintAddedBack, "AddTaint",
-		"Put startup taint %s back: %s for %s; it comes off once every gate has passed for %s",
-		spec, v.notReady.Error(), failing.Round(time.Second), r.RetaintAfter)
+	r.wired.metrics.Retaints.WithLabelValues(spec.String(), row.Result).Inc()
+	log.FromContext(ctx).Info("put a startup taint back: "+row.Why, append([]any{"taint", spec.String()}, details...)...)
+	r.wired.recorder.Eventf(node, nil, row.EventType, startuptaint.EventReasonTaintAddedBack, row.Action,
+		"Put startup taint %s back: %s; it comes off %s", spec, why, until)
 }
 
 // reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
@@ -206,15 +180,19 @@ func (r *NodeReconciler) reportRetaintFailure(spec startuptaint.TaintSpec, err e
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
 }
 
-// reportWouldRetaint reports the taint a dry run would have put back: the counter, an event and a
-// log line.
-func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, v verdict) {
+// reportWouldRetaint reports the taint a dry run would have put back, for cause: the counter, an
+// event and a log line.
+func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec,
+	cause startuptaint.Cause, v verdict) {
+	row := startuptaint.PutBackOf(cause)
+	why, _, details := ruleOf(cause).tell(r, node, v)
+	if why == "" {
+		why = row.Why
+	}
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
-	failing := v.failingFor.Round(time.Millisecond)
-	log.FromContext(ctx).Info("dry run: would put a startup taint back", "taint", spec.String(),
-		"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String())
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldAddTaint, "AddTaint",
-		"Dry run: would put startup taint %s back now: %s for %s", spec, v.notReady.Error(), failing.Round(time.Second))
+	log.FromContext(ctx).Info("dry run: would put a startup taint back", append([]any{"taint", spec.String()}, details...)...)
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldAddTaint, row.Action,
+		"Dry run: would put startup taint %s back now: %s", spec, why)
 }
 
 // reportCondition reports a write of the Node condition: the counter, and a log line when it

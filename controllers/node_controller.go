@@ -383,9 +383,7 @@ func (r *NodeReconciler) decide(ctx context.Context, g *group, node *corev1.Node
 	case r.ConditionsOnly:
 		// The condition is the whole job: another controller owns the taints.
 	case len(obs.held) == 0:
-		if !r.planAfterReboot(node, p) {
-			r.planRetaint(p)
-		}
+		r.planPutBack(node, p)
 	default:
 		r.planRemoval(ctx, node, p)
 	}

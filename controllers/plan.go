@@ -27,10 +27,9 @@ type plan struct {
 	// remove is set when the group's startup taints go now; forced, when MaxWait forces them.
 	remove bool
 	forced bool
-	// retaint is the taint put back now, and cause why: continuous mode's failing gate, unless
-	// the Node rebooted (causeReboot).
+	// retaint is the taint put back now, and cause why (putback.go).
 	retaint *startuptaint.TaintSpec
-	cause   string
+	cause   startuptaint.Cause
 	// recordBoot is set when the boot record alone is brought up to this boot (reboot.go).
 	recordBoot bool
 	// requeue is when to reconcile again for this group, when nothing is written.

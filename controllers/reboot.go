@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
@@ -21,13 +20,6 @@ import (
 // so pods pending for the node can land first; a node drained for a reboot is cordoned first,
 // and the agent puts its taint back then, and holds it while the node is cordoned, so the node
 // comes back tainted.
-
-// Why a taint goes back, beside continuous mode's failing gate.
-const (
-	causeReboot   = "reboot"
-	causeShutdown = "shutdown"
-	causeCordon   = "cordon"
-)
 
 // bootEntries returns startuptaint.BootAnnotation's entries as written, nil when the Node has none.
 func bootEntries(n *corev1.Node) []string {
@@ -124,53 +116,4 @@ func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
 		}
 	}
 	return false
-}
-
-// putsBack reports whether the group's taint in the form an agent puts back (startuptaint.RetaintSpec) is the
-// agent's to remove: in continuous mode, and on a Node whose boot was recorded for the group,
-// where an agent puts it back after a reboot or at a shutdown. Elsewhere a taint of the same key
-// in that form is another writer's, unless a spec selects it.
-func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
-	specs := g.startupSpecs()
-	if len(specs) == 0 {
-		return false
-	}
-	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
-	return r.RetaintAfter > 0 || recorded
-}
-
-// planAfterReboot decides, for a group none of whose startup taints is on the Node, whether its
-// taint goes back at once: on a cordoned Node whose boot was recorded, or, while a gate does not
-// pass (once probed), on a Node that rebooted since. Once the gates pass, the record is brought
-// up to this boot, so that a later restart of the agent in the same boot (a rollout) never reads
-// as a reboot. It reports whether it decided the group's change.
-func (r *NodeReconciler) planAfterReboot(node *corev1.Node, p *plan) bool {
-	notReady := p.v.notReady
-	switch {
-	case node.Spec.Unschedulable && r.putsBack(p.g, node):
-		r.putBack(p, causeCordon)
-		return true
-	case notReady == nil:
-		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
-		return false
-	case notReady.reason == gates.ReasonNotProbed || !p.g.bootedAgain(node):
-		return false
-	}
-	r.putBack(p, causeReboot)
-	return true
-}
-
-// holdWhileCordoned reports whether the taints the group holds are only the one an agent puts
-// back, on a cordoned Node: held until it is uncordoned, as a drained node is before its reboot.
-func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, p *plan) bool {
-	if !node.Spec.Unschedulable || !r.putsBack(p.g, node) {
-		return false
-	}
-	back := startuptaint.RetaintSpec(p.specs)
-	for _, t := range p.obs.held {
-		if t.Key != back.Key || t.Effect != back.Effect {
-			return false
-		}
-	}
-	return true
 }

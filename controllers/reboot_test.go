@@ -42,7 +42,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	node.Status.NodeInfo.BootID = "boot-1"
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
-	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAfterReboot))
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseReboot).Result))
 	e.ready(true)
 	e.reconcile()
 	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-1" {
@@ -61,7 +61,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
 		"the node rebooted (boot boot-2): flip gate: driver reports not ready; it comes off once every gate passes")
-	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAfterReboot)) - added; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseReboot).Result)) - added; got != 1 {
 		t.Fatalf(`startup_taint_retaints_total{result="added_after_reboot"} rose by %v, want 1`, got)
 	}
 
@@ -157,13 +157,13 @@ func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
 			}
 			e := newEpisodeTest(t, node)
 			e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
-			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtShutdown))
+			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseShutdown).Result))
 			e.r.retaintAtShutdown(context.Background())
 			if got := e.taints(); !expectations.EqualTaints(got, tt.want) {
 				t.Fatalf("taints %v as the agent stops, want %v", got, tt.want)
 			}
 			want := float64(len(tt.want) - 1)
-			if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtShutdown)) - added; got != want {
+			if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseShutdown).Result)) - added; got != want {
 				t.Fatalf(`startup_taint_retaints_total{result="added_at_shutdown"} rose by %v, want %v`, got, want)
 			}
 		})
@@ -175,7 +175,7 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 	node.Status.NodeInfo.BootID = "boot-1"
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
-	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon))
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result))
 	e.ready(true)
 	e.reconcile()
 	e.events()
@@ -196,7 +196,7 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 	}
 	expectEvents(t, e.events(), "Normal TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
 		"the node is cordoned; it comes off once the node is uncordoned and every gate passes")
-	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon)) - added; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result)) - added; got != 1 {
 		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
 	}
 	e.reconcile()
@@ -230,12 +230,12 @@ func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *te
 	node.Annotations = map[string]string{startuptaint.BootAnnotation: startup.Key + "=boot-1"}
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
-	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon))
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result))
 	e.r.retaintAtShutdown(context.Background())
 	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v as the agent stops on a cordoned node, want %v back", got, retaintTaint)
 	}
-	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAddedAtCordon)) - added; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result)) - added; got != 1 {
 		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
 	}
 }

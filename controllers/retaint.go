@@ -9,9 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/startup-taint-remover/startup-taint-remover/gates"
-	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
@@ -25,34 +22,6 @@ func (r *NodeReconciler) holdFor(obs observation, v verdict) time.Duration {
 		return 0
 	}
 	return max(r.RetaintAfter-v.passingFor, 0)
-}
-
-// planRetaint decides whether continuous mode puts the group's startup taint back: once one of
-// its gates has not passed for RetaintAfter while none of its startup taints is on the Node. Until
-// then it asks to be called again when that time is up; the prober calls it sooner if the gate
-// passes again.
-func (r *NodeReconciler) planRetaint(p *plan) {
-	v := p.v
-	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == gates.ReasonNotProbed {
-		return
-	}
-	if wait := r.RetaintAfter - v.failingFor; wait > 0 {
-		p.requeue = wait
-		return
-	}
-	r.putBack(p, "")
-}
-
-// putBack plans the group's taint back (startuptaint.RetaintSpec) for cause, "" for continuous mode's; a dry
-// run only says it would, once per episode.
-func (r *NodeReconciler) putBack(p *plan, cause string) {
-	p.cause = cause
-	if r.DryRun {
-		p.wouldRetaint = p.g.state.firstWouldRetaint()
-		return
-	}
-	spec := startuptaint.RetaintSpec(p.specs)
-	p.retaint = &spec
 }
 
 // retaintOutcome records and reports the taint the write put back, or its failure.

@@ -48,7 +48,7 @@ func (e *episodeTest) node() *corev1.Node {
 func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlapping(t *testing.T) {
 	e := newEpisodeTest(t, testNode("uid-r1", startup, foreign))
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints, r.RetaintAfter = retaintSpecs, 30*time.Second })
-	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded))
+	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseGate).Result))
 	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString()))
 	e.ready(true)
 	e.reconcile()
@@ -73,7 +73,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
 		"flip gate: driver reports not ready for 30s; it comes off once every gate has passed for 30s")
-	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), metrics.ResultAdded)) - added; got != 1 {
+	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseGate).Result)) - added; got != 1 {
 		t.Fatalf(`startup_taint_retaints_total{result="added"} rose by %v, want 1`, got)
 	}
 	e.reconcile() // the watch shows the taint: the agent's own write is no taint that came back

@@ -5,7 +5,6 @@ package controllers
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
@@ -23,16 +22,6 @@ import (
 
 // shutdownWriteTimeout bounds the read and the patch sent as the agent stops.
 const shutdownWriteTimeout = 5 * time.Second
-
-// shuttingDown reports whether kubelet says the Node is shutting down.
-func shuttingDown(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, startuptaint.NodeShuttingDownMessage) {
-			return true
-		}
-	}
-	return false
-}
 
 // atShutdown is the manager runnable that puts the taints back when the agent stops during a
 // graceful node shutdown.
@@ -62,24 +51,23 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		logger.Info("could not read the Node as the agent stops; no taint put back", "error", err.Error())
 		return
 	}
-	// A cordoned Node's taint is back already (reboot.go), unless the agent stops before it
-	// saw the cordon, as a drain that evicts it at once makes.
-	if !shuttingDown(node) && !node.Spec.Unschedulable {
-		return
-	}
 	var plans []*plan
 	for _, g := range r.running {
-		// Only where the agent will know the taint as its own after the boot (putsBack).
+		// Only where the agent will know the taint as its own after the boot (putsBack). A
+		// cordoned Node's taint is back already, unless the agent stops before it saw the cordon,
+		// as a drain that evicts it at once makes.
 		specs := g.taintSpecs(true)
 		if !r.putsBack(g, node) || len(startuptaint.MatchingTaints(node.Spec.Taints, specs)) > 0 {
 			continue
 		}
-		back := startuptaint.RetaintSpec(specs)
-		cause := causeShutdown
-		if !shuttingDown(node) {
-			cause = causeCordon
+		p := &plan{g: g, specs: specs}
+		cause, ok := r.causeAtStop(node, p)
+		if !ok {
+			continue
 		}
-		plans = append(plans, &plan{g: g, specs: specs, retaint: &back, cause: cause})
+		back := startuptaint.RetaintSpec(specs)
+		p.retaint, p.cause = &back, cause
+		plans = append(plans, p)
 	}
 	r.write(ctx, node, plans)
 	for _, p := range plans {

@@ -36,11 +36,3 @@ const (
 	EventReasonRemovalRefused  = "RemovalRefused"
 	EventReasonRemovalAdmitted = "RemovalAdmitted"
 )
-
-// The actions of the TaintAddedBack events that say why a taint went back, beside continuous
-// mode's AddTaint: the plugin tells the cases apart by them.
-const (
-	EventActionAddTaintAfterReboot = "AddTaintAfterReboot"
-	EventActionAddTaintAtShutdown  = "AddTaintAtShutdown"
-	EventActionAddTaintAtCordon    = "AddTaintAtCordon"
-)

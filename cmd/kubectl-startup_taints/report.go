@@ -24,13 +24,9 @@ const (
 	StateHeld = "held"
 	// StateHeldAgain: on the Node again after an agent removed it once.
 	StateHeldAgain = "held again"
-	// StatePutBack: put back by continuous mode (--retaint-after); StatePutBackRebooted, because
-	// the node rebooted before its gates passed; StatePutBackShutdown, as the node shut down;
-	// StatePutBackCordoned, while the node is cordoned, as a drain before a reboot makes it.
-	StatePutBack         = "put back"
-	StatePutBackRebooted = "put back: rebooted"
-	StatePutBackShutdown = "put back: shut down"
-	StatePutBackCordoned = "put back: cordoned"
+	// StatePutBack: put back by an agent, for a cause its last TaintAddedBack event does not
+	// name; where it does, the state is the cause's (startuptaint.PutBacks: "put back: rebooted").
+	StatePutBack = "put back"
 	// StateRemoved: removed once every gate passed.
 	StateRemoved = "removed"
 	// StateForced: removed by --max-wait while a gate did not pass.
@@ -184,13 +180,8 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 				case in.retaint[spec] || putBack && slices.Contains(removed, spec.String()):
 					r.State = StatePutBack
 					if putBack {
-						switch put.Action {
-						case startuptaint.EventActionAddTaintAfterReboot:
-							r.State = StatePutBackRebooted
-						case startuptaint.EventActionAddTaintAtShutdown:
-							r.State = StatePutBackShutdown
-						case startuptaint.EventActionAddTaintAtCordon:
-							r.State = StatePutBackCordoned
+						if row, ok := startuptaint.PutBackByAction(put.Action); ok {
+							r.State = row.State
 						}
 						r.Since, r.Detail = timePtr(eventTime(put)), put.Message
 						if m := anyGate.FindStringSubmatch(put.Message); m != nil {

@@ -35,15 +35,15 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 			want:   []string{"a:NoExecute removed", "a:NoSchedule put back"}},
 		{name: "put back after a reboot", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
 			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node rebooted (boot b): csi gate: not ready"), startuptaint.EventActionAddTaintAfterReboot)},
+				"Put startup taint a:NoSchedule back: the node rebooted (boot b): csi gate: not ready"), startuptaint.PutBackOf(startuptaint.CauseReboot).Action)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: rebooted"}},
 		{name: "put back as the node shut down", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
 			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node is shutting down"), startuptaint.EventActionAddTaintAtShutdown)},
+				"Put startup taint a:NoSchedule back: the node is shutting down"), startuptaint.PutBackOf(startuptaint.CauseShutdown).Action)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: shut down"}},
 		{name: "put back as the node was cordoned", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}, record: "a:NoExecute",
 			events: nodeEvents{startuptaint.EventReasonTaintAddedBack: withAction(event(startuptaint.EventReasonTaintAddedBack,
-				"Put startup taint a:NoSchedule back: the node is cordoned"), startuptaint.EventActionAddTaintAtCordon)},
+				"Put startup taint a:NoSchedule back: the node is cordoned"), startuptaint.PutBackOf(startuptaint.CauseCordon).Action)},
 			want: []string{"a:NoExecute removed", "a:NoSchedule put back: cordoned"}},
 		{name: "someone else's NoSchedule taint of the key, never removed by an agent", taints: []corev1.Taint{{Key: "a", Effect: "NoSchedule"}}},
 		{name: "removed", record: "a:NoExecute", events: nodeEvents{startuptaint.EventReasonTaintRemoved: event(startuptaint.EventReasonTaintRemoved, "Removed")},
@@ -66,7 +66,7 @@ func TestEachTaintsStateFollowsTheRecordAndTheEvents(t *testing.T) {
 				switch {
 				case r.State == StateHeld && tc.taints[0].TimeAdded != nil && !r.Since.Equal(added.Time),
 					r.State == StateHeld && tc.taints[0].TimeAdded == nil && !r.Since.Equal(created),
-					r.State == StatePutBack && r.Gate != "csi", r.State == StatePutBackRebooted && r.Gate != "csi",
+					r.State == StatePutBack && r.Gate != "csi", r.State == startuptaint.PutBackOf(startuptaint.CauseReboot).State && r.Gate != "csi",
 					r.State == StateHeld && tc.events == nil && r.Detail != noReport:
 					t.Errorf("%+v", r)
 				}

@@ -17,7 +17,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// Results of a removal attempt, the values of the result label.
+// Results of a removal attempt, the values of the result label. A taint put back counts as its
+// cause's (startuptaint.PutBacks).
 const (
 	ResultRemoved   = "removed"
 	ResultConflict  = "conflict"
@@ -25,14 +26,6 @@ const (
 	ResultError     = "error"
 	// ResultDryRun counts, once per episode, a removal that --dry-run did not make.
 	ResultDryRun = "dry_run"
-	// ResultAdded counts a startup taint that --retaint-after put back.
-	ResultAdded = "added"
-	// ResultAddedAfterReboot counts a startup taint put back because the Node rebooted since its
-	// gates last passed; ResultAddedAtShutdown, one put back while kubelet shut the Node down;
-	// ResultAddedAtCordon, one put back on a cordoned Node, as it is drained for a reboot.
-	ResultAddedAfterReboot = "added_after_reboot"
-	ResultAddedAtShutdown  = "added_at_shutdown"
-	ResultAddedAtCordon    = "added_at_cordon"
 	// ResultWritten counts a Node condition written (--condition-type).
 	ResultWritten = "written"
 )

@@ -1,0 +1,179 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+)
+
+// Putting a startup taint back, once an agent has removed it: each cause of startuptaint.PutBacks
+// has its rule here. A rule is tried only for a group none of whose startup taints is on the Node;
+// the first that holds puts the group's taint back (startuptaint.RetaintSpec).
+
+// when a rule is tried: at a reconcile, as the agent stops (shutdown.go), or both.
+type when uint8
+
+const (
+	atReconcile when = 1 << iota
+	atStop
+)
+
+// putBackRule is a cause's rule: when it is tried, whether it holds, and what the event's note
+// says beyond the cause's Why.
+type putBackRule struct {
+	cause startuptaint.Cause
+	when  when
+	// holds reports whether the cause puts the plan's group's taint back now; it may set
+	// p.requeue to be tried again when it will.
+	holds func(r *NodeReconciler, node *corev1.Node, p *plan) bool
+	// tell is the event note's reason (the cause's Why when empty) and when the taint comes off,
+	// and the log line's details.
+	tell func(r *NodeReconciler, node *corev1.Node, v verdict) (why, until string, details []any)
+}
+
+// putBackRules are tried in this order.
+var putBackRules = []putBackRule{
+	{startuptaint.CauseShutdown, atStop, shuttingDownRule, staticTell("once every gate passes after the boot")},
+	{startuptaint.CauseCordon, atReconcile | atStop, cordonedRule, staticTell("once the node is uncordoned and every gate passes")},
+	{startuptaint.CauseReboot, atReconcile, rebootedRule, rebootTell},
+	{startuptaint.CauseGate, atReconcile, gateFailingRule, gateFailingTell},
+}
+
+// ruleOf returns cause's rule.
+func ruleOf(cause startuptaint.Cause) putBackRule {
+	for _, rule := range putBackRules {
+		if rule.cause == cause {
+			return rule
+		}
+	}
+	panic("controllers: no rule for put-back cause " + string(cause))
+}
+
+// shuttingDownRule: kubelet says the Node is shutting down (shutdown.go).
+func shuttingDownRule(_ *NodeReconciler, node *corev1.Node, _ *plan) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse &&
+			strings.Contains(c.Message, startuptaint.NodeShuttingDownMessage) {
+			return true
+		}
+	}
+	return false
+}
+
+// cordonedRule: the Node is cordoned and its boot was recorded for the group, as a drain before a
+// reboot leaves it; the taint is then held until it is uncordoned (holdWhileCordoned).
+func cordonedRule(r *NodeReconciler, node *corev1.Node, p *plan) bool {
+	return node.Spec.Unschedulable && r.putsBack(p.g, node)
+}
+
+// rebootedRule: a gate does not pass, once probed, on a Node that booted again since the group's
+// gates last passed (reboot.go).
+func rebootedRule(_ *NodeReconciler, node *corev1.Node, p *plan) bool {
+	notReady := p.v.notReady
+	return notReady != nil && notReady.reason != gates.ReasonNotProbed && p.g.bootedAgain(node)
+}
+
+// gateFailingRule: continuous mode, once a gate has not passed for RetaintAfter. Until then it
+// asks to be tried again when that time is up; the prober calls it sooner if the gate passes again.
+func gateFailingRule(r *NodeReconciler, _ *corev1.Node, p *plan) bool {
+	v := p.v
+	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == gates.ReasonNotProbed {
+		return false
+	}
+	if wait := r.RetaintAfter - v.failingFor; wait > 0 {
+		p.requeue = wait
+		return false
+	}
+	return true
+}
+
+// staticTell tells a cause whose note is its Why, and when the taint comes off.
+func staticTell(until string) func(*NodeReconciler, *corev1.Node, verdict) (string, string, []any) {
+	return func(*NodeReconciler, *corev1.Node, verdict) (string, string, []any) { return "", until, nil }
+}
+
+func rebootTell(_ *NodeReconciler, node *corev1.Node, v verdict) (why, until string, details []any) {
+	boot := node.Status.NodeInfo.BootID
+	return fmt.Sprintf("the node rebooted (boot %s): %s", boot, v.notReady.Error()), "once every gate passes",
+		[]any{"bootID", boot, "gate", v.notReady.gate, "reason", v.notReady.reason}
+}
+
+func gateFailingTell(r *NodeReconciler, _ *corev1.Node, v verdict) (why, until string, details []any) {
+	failing := v.failingFor.Round(time.Millisecond)
+	return fmt.Sprintf("%s for %s", v.notReady.Error(), failing.Round(time.Second)),
+		fmt.Sprintf("once every gate has passed for %s", r.RetaintAfter),
+		[]any{"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String()}
+}
+
+// planPutBack decides, for a group none of whose startup taints is on the Node, whether a cause
+// puts its taint back at once. Once the gates pass and none does, the boot record is brought up
+// to this boot, so that a later restart of the agent in the same boot (a rollout) never reads as
+// a reboot.
+func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
+	for _, rule := range putBackRules {
+		if rule.when&atReconcile != 0 && rule.holds(r, node, p) {
+			r.putBack(p, rule.cause)
+			return
+		}
+	}
+	if p.v.notReady == nil {
+		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
+	}
+}
+
+// causeAtStop returns the cause that puts the group's taint back as the agent stops, if one holds.
+func (r *NodeReconciler) causeAtStop(node *corev1.Node, p *plan) (startuptaint.Cause, bool) {
+	for _, rule := range putBackRules {
+		if rule.when&atStop != 0 && rule.holds(r, node, p) {
+			return rule.cause, true
+		}
+	}
+	return "", false
+}
+
+// putBack plans the group's taint back for cause; a dry run only says it would, once per episode.
+func (r *NodeReconciler) putBack(p *plan, cause startuptaint.Cause) {
+	p.cause = cause
+	if r.DryRun {
+		p.wouldRetaint = p.g.state.firstWouldRetaint()
+		return
+	}
+	spec := startuptaint.RetaintSpec(p.specs)
+	p.retaint = &spec
+}
+
+// putsBack reports whether the group's taint in the form an agent puts back (startuptaint.RetaintSpec) is the
+// agent's to remove: in continuous mode, and on a Node whose boot was recorded for the group,
+// where an agent puts it back after a reboot or at a shutdown. Elsewhere a taint of the same key
+// in that form is another writer's, unless a spec selects it.
+func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
+	specs := g.startupSpecs()
+	if len(specs) == 0 {
+		return false
+	}
+	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
+	return r.RetaintAfter > 0 || recorded
+}
+
+// holdWhileCordoned reports whether the taints the group holds are only the one an agent puts
+// back, on a cordoned Node: held until it is uncordoned, as a drained node is before its reboot.
+func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, p *plan) bool {
+	if !node.Spec.Unschedulable || !r.putsBack(p.g, node) {
+		return false
+	}
+	back := startuptaint.RetaintSpec(p.specs)
+	for _, t := range p.obs.held {
+		if t.Key != back.Key || t.Effect != back.Effect {
+			return false
+		}
+	}
+	return true
+}
