@@ -287,17 +287,17 @@ func (r *NodeReconciler) servedTaints() []startuptaint.TaintSpec {
 	return specs
 }
 
-// nodeChanged lets through node creations, and updates that change the taints, the boot ID,
-// spec.unschedulable or what a gate reads of the Node (NodeReader). Kubelet's other status updates and resyncs cannot
-// change the outcome, so they cause no reconcile.
+// nodeChanged lets through node creations, and updates that change the taints, what a put-back
+// rule reads (putBackChanged: the boot ID, spec.unschedulable) or what a gate reads of the Node
+// (NodeReader). Kubelet's other status updates and resyncs cannot change the outcome, so they
+// cause no reconcile.
 func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			oldNode, okOld := e.ObjectOld.(*corev1.Node)
 			newNode, okNew := e.ObjectNew.(*corev1.Node)
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
-				// A reboot kubelet reports after the agent started, a cordon or an uncordon (reboot.go).
-				oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID || oldNode.Spec.Unschedulable != newNode.Spec.Unschedulable ||
+				putBackChanged(oldNode, newNode) ||
 				r.anyGroup(func(g *group) bool {
 					// The configured gates, never g.checks: the informer's goroutine runs this
 					// while the reconcile writes the checks' logs.

@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type putBackRule struct {
 	// holds reports whether the cause puts the plan's group's taint back now; it may set
 	// p.requeue to be tried again when it will.
 	holds func(r *NodeReconciler, node *corev1.Node, p *plan) bool
+	// changed, when set, reports whether a Node update changed what holds reads, so that the
+	// update causes a reconcile (nodeChanged).
+	changed func(oldNode, newNode *corev1.Node) bool
 	// tell is the event note's reason (the cause's Why when empty) and when the taint comes off,
 	// and the log line's details.
 	tell func(r *NodeReconciler, node *corev1.Node, v verdict) (why, until string, details []any)
@@ -41,10 +45,12 @@ type putBackRule struct {
 
 // putBackRules are tried in this order.
 var putBackRules = []putBackRule{
-	{startuptaint.CauseShutdown, atStop, shuttingDownRule, staticTell("once every gate passes after the boot")},
-	{startuptaint.CauseCordon, atReconcile | atStop, cordonedRule, staticTell("once the node is uncordoned and every gate passes")},
-	{startuptaint.CauseReboot, atReconcile, rebootedRule, rebootTell},
-	{startuptaint.CauseGate, atReconcile, gateFailingRule, gateFailingTell},
+	{startuptaint.CauseShutdown, atStop, shuttingDownRule, nil, staticTell("once every gate passes after the boot")},
+	{startuptaint.CauseCordon, atReconcile | atStop, cordonedRule, cordonChanged,
+		staticTell("once the node is uncordoned and every gate passes")},
+	{startuptaint.CauseReboot, atReconcile, rebootedRule, bootChanged, rebootTell},
+	// The gates' watches and the prober reconcile when a gate's verdict changes.
+	{startuptaint.CauseGate, atReconcile, gateFailingRule, nil, gateFailingTell},
 }
 
 // ruleOf returns cause's rule.
@@ -74,11 +80,21 @@ func cordonedRule(r *NodeReconciler, node *corev1.Node, p *plan) bool {
 	return node.Spec.Unschedulable && r.putsBack(p.g, node)
 }
 
+// cordonChanged: a cordon, or an uncordon, which ends the hold (holdWhileCordoned).
+func cordonChanged(oldNode, newNode *corev1.Node) bool {
+	return oldNode.Spec.Unschedulable != newNode.Spec.Unschedulable
+}
+
 // rebootedRule: a gate does not pass, once probed, on a Node that booted again since the group's
 // gates last passed (reboot.go).
 func rebootedRule(_ *NodeReconciler, node *corev1.Node, p *plan) bool {
 	notReady := p.v.notReady
 	return notReady != nil && notReady.reason != gates.ReasonNotProbed && p.g.bootedAgain(node)
+}
+
+// bootChanged: a reboot kubelet reports after the agent started.
+func bootChanged(oldNode, newNode *corev1.Node) bool {
+	return oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID
 }
 
 // gateFailingRule: continuous mode, once a gate has not passed for RetaintAfter. Until then it
@@ -127,6 +143,13 @@ func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 	if p.v.notReady == nil {
 		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
 	}
+}
+
+// putBackChanged reports whether a Node update changed what a put-back rule reads.
+func putBackChanged(oldNode, newNode *corev1.Node) bool {
+	return slices.ContainsFunc(putBackRules, func(rule putBackRule) bool {
+		return rule.changed != nil && rule.changed(oldNode, newNode)
+	})
 }
 
 // causeAtStop returns the cause that puts the group's taint back as the agent stops, if one holds.
