@@ -8,9 +8,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
 )
 
 // The manager's cache and REST mapping are collected from the gates that read API objects: each

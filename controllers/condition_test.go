@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/startup-taint-remover/startup-taint-remover/gates"
-	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 const testConditionType = "example.com/AgentReady"

@@ -352,7 +352,7 @@ func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *cor
 
 // report sets the gauge on every verdict and logs, and warns, only when the verdict changes.
 func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *corev1.Node) {
-	c.metricsOf().Confined.Set(boolToFloat(outcome == Confined))
+	c.metricsOf().Confined.Set(metrics.Bool(outcome == Confined))
 	c.mu.Lock()
 	c.verdict = outcome
 	c.mu.Unlock()
@@ -404,7 +404,7 @@ func (c *ConfinementCheck) notConfinedWhy() string {
 // reportRemoval sets the gauge on every answer, and logs and records an event only when the
 // answer changes: refused, refused for another reason, or admitted after a refusal.
 func (c *ConfinementCheck) reportRemoval(ctx context.Context, node *corev1.Node, refusal error) {
-	c.metricsOf().RemovalRefused.Set(boolToFloat(refusal != nil))
+	c.metricsOf().RemovalRefused.Set(metrics.Bool(refusal != nil))
 	c.mu.Lock()
 	wasRefused, wasAnswered := c.refusal != nil, c.answered
 	same := wasAnswered && (refusal == nil && !wasRefused || refusal != nil && wasRefused && refusal.Error() == c.refusal.Error())

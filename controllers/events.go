@@ -19,21 +19,41 @@ import (
 // Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
 // lines here. Two reporters stand apart, each beside what it observes: the confinement check's
 // verdicts (confinement.go), and each gate's result, logged when it changes and kept in
-// startup_taint_gate_ready (reasons.go, for gates the reconcile checks; prober.go, for probed ones).
+// startup_taint_gate_ready (gatecheck.go).
 
-// reportCSIDriver reports, once, what the group's CSIDriver means for this install (csidriver.go).
-func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
-	read, ok := r.readCSIDriver(ctx, g)
-	if !ok {
-		return
+// report reports what the reconcile decided for the plan's group (reportDecision), and then what
+// its writes did: the condition's, and the taints' as outcome recorded it.
+func (r *NodeReconciler) report(ctx context.Context, node *corev1.Node, p *plan) {
+	r.reportDecision(ctx, node, p)
+	if p.condition != nil {
+		r.reportCondition(ctx, *p.condition, p.conditionErr)
 	}
+	switch {
+	case p.failure != nil:
+		r.reportFailure(ctx, node, startuptaint.SpecsSelecting(p.obs.held, p.specs), *p.failure)
+	case p.removal != nil:
+		r.reportRemoval(ctx, node, *p.removal)
+	case p.retaint != nil && p.err != nil:
+		r.reportRetaintFailure(*p.retaint, p.err)
+	case p.retainted:
+		r.reportRetaint(ctx, node, *p.retaint, p.cause, p.v)
+	case p.recordBoot && refused(p.err):
+		// An install's policy from before the boot record refuses it; the removal's own
+		// confinement check reports that (RemovalRefused).
+		log.FromContext(ctx).Info("the boot record was refused; a reboot will not put the taint back until it is written",
+			"error", p.err.Error())
+	}
+}
+
+// reportCSIDriver reports, once, what the group's CSIDriver means for this install (observe.go).
+func (r *NodeReconciler) reportCSIDriver(ctx context.Context, read csiDriverRead) {
 	logger := log.FromContext(ctx).WithValues("driver", read.name)
 	if read.forbidden != nil {
 		logger.Info("cannot read the driver's CSIDriver to tell whether the scheduler's own check keeps pods off this node; "+
 			"the install's role lacks get on csidrivers", "error", read.forbidden.Error())
 		return
 	}
-	r.wired.metrics.CSIDriverPreventsScheduling.WithLabelValues(read.name).Set(boolToFloat(read.prevents))
+	r.wired.metrics.CSIDriverPreventsScheduling.WithLabelValues(read.name).Set(metrics.Bool(read.prevents))
 	if read.prevents {
 		logger.Info("the driver's CSIDriver sets preventPodSchedulingIfMissing: on Kubernetes 1.37 and later the scheduler keeps " +
 			"pods with its PVC-backed volumes off this node until CSINode lists the driver; the startup taint still covers " +
@@ -44,16 +64,19 @@ func (r *NodeReconciler) reportCSIDriver(ctx context.Context, g *group) {
 		"is what keeps pods off this node until the driver is registered")
 }
 
-// reportDecision reports what decide found for the plan's group: its driver's CSIDriver, what it
-// observed of the taints, the wait for a gate, and a dry run's change it did not make.
+// reportDecision reports what observe and decide found for the plan's group: its driver's
+// CSIDriver, what it observed of the taints, the wait for a gate, and a dry run's change it did not
+// make.
 func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, p *plan) {
-	r.reportCSIDriver(ctx, p.g)
+	if p.csiDriverRead {
+		r.reportCSIDriver(ctx, p.csiDriver)
+	}
 	r.reportObservation(ctx, node, p.specs, p.g.startupSpecs(), p.obs)
 	if p.waiting {
 		r.reportWaiting(ctx, node, p.v.notReady, p.firstWait)
 	}
 	if p.wouldRemove {
-		r.reportWouldRemove(ctx, node, p.obs.held, specsSelecting(p.obs.held, p.specs), p.v.notReady)
+		r.reportWouldRemove(ctx, node, p.obs.held, startuptaint.SpecsSelecting(p.obs.held, p.specs), p.v.notReady)
 	}
 	if p.wouldRetaint {
 		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.v)
@@ -65,10 +88,10 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Node, specs, startup []startuptaint.TaintSpec,
 	obs observation) {
 	for _, spec := range specs {
-		r.wired.metrics.Present.WithLabelValues(spec.String()).Set(boolToFloat(obs.present[spec.String()]))
+		r.wired.metrics.Present.WithLabelValues(spec.String()).Set(metrics.Bool(obs.present[spec.String()]))
 	}
 	if obs.registeredWithout {
-		list := specStrings(startup)
+		list := startuptaint.SpecStrings(startup)
 		log.FromContext(ctx).Info("the node registered without its startup taints: pods could be scheduled on it "+
 			"before its node agent was ready; register the node pool's nodes with them", "taints", list)
 		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonRegisteredWithoutTaint, "CheckRegistration",
@@ -154,7 +177,7 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 	if unready != nil {
 		why = "the maximum wait has passed, although " + unready.Error()
 	}
-	taints := taintStrings(held)
+	taints := startuptaint.TaintStrings(held)
 	log.FromContext(ctx).Info("dry run: would remove startup taints", "taints", taints, "why", why)
 	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldRemoveTaint, "RemoveTaint",
 		"Dry run: would remove startup taints %v now: %s", taints, why)
@@ -208,7 +231,7 @@ func (r *NodeReconciler) reportCondition(ctx context.Context, c corev1.NodeCondi
 
 // reportFailure reports a failed removal of the taints specs selected: the counter on every
 // attempt, an event (and for a forbidden patch, the one log line) when the failure class changes.
-func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []startuptaint.TaintSpec, f failure, err error) {
+func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, specs []startuptaint.TaintSpec, f failure) {
 	if f.result != metrics.ResultConflict { // each conflict was counted as it happened
 		for _, spec := range specs {
 			r.wired.metrics.Removals.WithLabelValues(spec.String(), f.result).Inc()
@@ -222,9 +245,9 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 	}
 	const failed = "Could not remove startup taints: "
 	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonRemovalFailed, "RemoveTaint", "%s%s",
-		failed, elide(err.Error(), maxNote-len(failed)))
+		failed, elide(f.err.Error(), maxNote-len(failed)))
 	if f.result == metrics.ResultForbidden {
-		log.FromContext(ctx).Error(err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
+		log.FromContext(ctx).Error(f.err, "not allowed to remove startup taints; retrying with backoff until the permission is granted")
 	}
 }
 
@@ -233,7 +256,7 @@ func (r *NodeReconciler) reportFailure(ctx context.Context, node *corev1.Node, s
 func (r *NodeReconciler) reportConflict(orig *corev1.Node, plans []*plan) {
 	for _, p := range plans {
 		if p.remove {
-			for _, spec := range specsSelecting(orig.Spec.Taints, p.specs) {
+			for _, spec := range startuptaint.SpecsSelecting(orig.Spec.Taints, p.specs) {
 				r.wired.metrics.Removals.WithLabelValues(spec.String(), metrics.ResultConflict).Inc()
 			}
 		}
@@ -246,32 +269,4 @@ func (r *NodeReconciler) permissionsChanged() {
 	if r.Confinement != nil {
 		r.Confinement.Recheck()
 	}
-}
-
-// maxNote is the longest note the API server accepts in an event, in bytes.
-const maxNote = 1024
-
-// elide shortens s to at most n bytes by cutting out its middle, so an API server's refusal,
-// which names its policy first and its reason last, fits in an event's note. An admission
-// policy's refusal quotes its whole CEL expression, often longer than a note.
-func elide(s string, n int) string {
-	const cut = " ... "
-	if len(s) <= n {
-		return s
-	}
-	if n <= len(cut) {
-		return strings.ToValidUTF8(s[:max(n, 0)], "")
-	}
-	head := (n - len(cut)) / 3
-	tail := n - len(cut) - head
-	return strings.ToValidUTF8(s[:head], "") + cut + strings.ToValidUTF8(s[len(s)-tail:], "")
-}
-
-// specStrings returns each spec in its KEY[:EFFECT] form.
-func specStrings(specs []startuptaint.TaintSpec) []string {
-	out := make([]string, len(specs))
-	for i, s := range specs {
-		out[i] = s.String()
-	}
-	return out
 }

@@ -7,12 +7,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
@@ -37,7 +37,8 @@ type Group struct {
 	// objects, at each reconcile; see package gates.
 	Gates []gates.Gate
 	// ConditionType, when set, publishes this group's verdict as a Node condition of this type,
-	// written to the Node's status when it changes: a qualified name, not one of kubelet's conditions.
+	// written to the Node's status when it changes: a qualified name, not one of kubelet's
+	// conditions.
 	ConditionType string
 }
 
@@ -56,7 +57,7 @@ type group struct {
 	checks  []check
 	passing passingSince
 	state   nodeState
-	// csiDriverRead is set once its driver's CSIDriver has been read (csidriver.go).
+	// csiDriverRead is set once its driver's CSIDriver has been read (observe.go).
 	csiDriverRead bool
 	// metrics are the reconciler's.
 	metrics *metrics.Metrics
@@ -160,6 +161,22 @@ func isDriverNamer(g gates.Gate) bool {
 	return ok
 }
 
+// kubeletConditions are the Node conditions kubelet writes; the agent must not fight it over one.
+var kubeletConditions = []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure,
+	corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable}
+
+// conditionTypeProblem says why t may not be the agent's Node condition type, or "": it must be a
+// qualified name (as label keys are) that is not one of kubelet's own conditions.
+func conditionTypeProblem(t string) string {
+	if errs := validation.IsQualifiedName(t); len(errs) > 0 {
+		return "is not a valid condition type: " + strings.Join(errs, "; ")
+	}
+	if slices.Contains(kubeletConditions, corev1.NodeConditionType(t)) {
+		return "is a condition kubelet writes"
+	}
+	return ""
+}
+
 // buildGroup makes a group's prober and checks, once the reconciler's Clock is set.
 func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 	g := &group{Group: cfg, passing: passingSince{}, metrics: r.wired.metrics}
@@ -186,67 +203,4 @@ func (g *group) logContext(ctx context.Context) context.Context {
 		return ctx
 	}
 	return log.IntoContext(ctx, log.FromContext(ctx).WithValues("group", g.Name))
-}
-
-// startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's
-// default once its name is known.
-func (g *group) startupSpecs() []startuptaint.TaintSpec {
-	if len(g.Taints) > 0 {
-		return g.Taints
-	}
-	if name := g.driverName(); name != "" {
-		return []startuptaint.TaintSpec{startuptaint.DefaultTaintSpec(name)}
-	}
-	return nil
-}
-
-// taintSpecs are the group's startup taints and, when putBack and they do not select it, the
-// taint an agent puts back (startuptaint.RetaintSpec; see NodeReconciler.putsBack).
-func (g *group) taintSpecs(putBack bool) []startuptaint.TaintSpec {
-	specs := g.startupSpecs()
-	if len(specs) == 0 || !putBack {
-		return specs
-	}
-	back := startuptaint.RetaintSpec(specs)
-	if len(startuptaint.MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) > 0 {
-		return specs
-	}
-	return append(slices.Clip(specs), back)
-}
-
-// retaintKey is startuptaint.RetaintSpec's String when putBack, and empty otherwise or before the group's
-// taints are known.
-func (g *group) retaintKey(putBack bool) string {
-	if specs := g.startupSpecs(); putBack && len(specs) > 0 {
-		return startuptaint.RetaintSpec(specs).String()
-	}
-	return ""
-}
-
-// checkGates returns the group's first gate that does not pass, or nil and the time since when
-// all pass. It evaluates every gate, so the gate metrics stay current.
-func (g *group) checkGates(ctx context.Context, reader, lister client.Reader, node *corev1.Node, now time.Time) (*gateError, time.Time) {
-	local, since := g.prober.notReady(g.bootedAgain(node))
-	var first *gateError
-	for i := range g.checks {
-		c := &g.checks[i]
-		in := gates.Input{Node: node, Reader: reader, Lister: lister}
-		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, in)))
-		since = maxTime(since, g.passing.observe(i, gerr, now))
-		if first == nil {
-			first = gerr
-		}
-	}
-	if local != nil && first == nil {
-		// Only the local gates hold the taint now that something changed (kubelet registered the
-		// driver, the taint came back): the driver may have turned ready since the last tick, so
-		// probe it now rather than up to an interval later.
-		g.prober.probeNow()
-	}
-	for _, gerr := range []*gateError{local, first} {
-		if gerr != nil {
-			return gerr.inGroup(g.Name), time.Time{}
-		}
-	}
-	return nil, since
 }

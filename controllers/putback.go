@@ -19,6 +19,15 @@ import (
 // has its rule here. A rule is tried only for a group none of whose startup taints is on the Node;
 // the first that holds puts the group's taint back (startuptaint.RetaintSpec).
 
+// A rebooted node keeps its Node object, and kubelet's --register-with-taints acts only when the
+// Node is created, so the node comes back without its startup taints and takes pods as soon as
+// kubelet reports Ready, before its agents are back. The boot record tells the agent, and the
+// admission policy, that the node rebooted since the agent last found its gates passing: then
+// the taint goes back on at once, until the gates pass again. That comes after kubelet's Ready,
+// so pods pending for the node can land first; a node drained for a reboot is cordoned first,
+// and the agent puts its taint back then, and holds it while the node is cordoned, so the node
+// comes back tainted.
+
 // when a rule is tried: at a reconcile, as the agent stops (shutdown.go), or both.
 type when uint8
 
@@ -76,8 +85,8 @@ func shuttingDownRule(_ *NodeReconciler, node *corev1.Node, _ *plan) bool {
 
 // cordonedRule: the Node is cordoned and its boot was recorded for the group, as a drain before a
 // reboot leaves it; the taint is then held until it is uncordoned (holdWhileCordoned).
-func cordonedRule(r *NodeReconciler, node *corev1.Node, p *plan) bool {
-	return node.Spec.Unschedulable && r.putsBack(p.g, node)
+func cordonedRule(_ *NodeReconciler, node *corev1.Node, p *plan) bool {
+	return node.Spec.Unschedulable && p.putsBack
 }
 
 // cordonChanged: a cordon, or an uncordon, which ends the hold (holdWhileCordoned).
@@ -86,16 +95,19 @@ func cordonChanged(oldNode, newNode *corev1.Node) bool {
 }
 
 // rebootedRule: a gate does not pass, once probed, on a Node that booted again since the group's
-// gates last passed (reboot.go).
-func rebootedRule(_ *NodeReconciler, node *corev1.Node, p *plan) bool {
+// gates last passed (the boot record, observe.go).
+func rebootedRule(_ *NodeReconciler, _ *corev1.Node, p *plan) bool {
 	notReady := p.v.notReady
-	return notReady != nil && notReady.reason != gates.ReasonNotProbed && p.g.bootedAgain(node)
+	return notReady != nil && notReady.reason != gates.ReasonNotProbed && p.bootedAgain
 }
 
 // bootChanged: a reboot kubelet reports after the agent started.
 func bootChanged(oldNode, newNode *corev1.Node) bool {
 	return oldNode.Status.NodeInfo.BootID != newNode.Status.NodeInfo.BootID
 }
+
+// Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
+// long enough, and comes off once every gate has passed for as long again.
 
 // gateFailingRule: continuous mode, once a gate has not passed for RetaintAfter. Until then it
 // asks to be tried again when that time is up; the prober calls it sooner if the gate passes again.
@@ -145,6 +157,24 @@ func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 	}
 }
 
+// bootBehind reports whether the record should be brought up to this boot for the group's specs:
+// an entry of theirs is from another boot, or one is missing while the Node's removed record says
+// the taint was removed once (by an agent from before the boot record, or its entry was lost).
+func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
+	boot := n.Status.NodeInfo.BootID
+	if boot == "" {
+		return false
+	}
+	removed := removedSpecs(n)
+	for _, key := range specKeys(specs) {
+		recorded, ok := recordedBoot(n, key)
+		if ok && recorded != boot || !ok && slices.ContainsFunc(removed, func(s string) bool { return strings.Split(s, ":")[0] == key }) {
+			return true
+		}
+	}
+	return false
+}
+
 // putBackChanged reports whether a Node update changed what a put-back rule reads.
 func putBackChanged(oldNode, newNode *corev1.Node) bool {
 	return slices.ContainsFunc(putBackRules, func(rule putBackRule) bool {
@@ -173,30 +203,10 @@ func (r *NodeReconciler) putBack(p *plan, cause startuptaint.Cause) {
 	p.retaint = &spec
 }
 
-// putsBack reports whether the group's taint in the form an agent puts back (startuptaint.RetaintSpec) is the
-// agent's to remove: in continuous mode, and on a Node whose boot was recorded for the group,
-// where an agent puts it back after a reboot or at a shutdown. Elsewhere a taint of the same key
-// in that form is another writer's, unless a spec selects it.
-func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
-	specs := g.startupSpecs()
-	if len(specs) == 0 {
-		return false
-	}
-	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
-	return r.RetaintAfter > 0 || recorded
-}
-
-// holdWhileCordoned reports whether the taints the group holds are only the one an agent puts
-// back, on a cordoned Node: held until it is uncordoned, as a drained node is before its reboot.
-func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, p *plan) bool {
-	if !node.Spec.Unschedulable || !r.putsBack(p.g, node) {
-		return false
-	}
-	back := startuptaint.RetaintSpec(p.specs)
-	for _, t := range p.obs.held {
-		if t.Key != back.Key || t.Effect != back.Effect {
-			return false
-		}
-	}
-	return true
+// firstWouldRetaint reports whether this is the first time, since the gates last passed, that a
+// dry run would have put the taint back.
+func (s *nodeState) firstWouldRetaint() bool {
+	first := !s.wouldRetaint
+	s.wouldRetaint = true
+	return first
 }

@@ -7,10 +7,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // During a graceful node shutdown, kubelet's shutdown manager (pkg/kubelet/nodeshutdown) makes
@@ -60,7 +61,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		if !r.putsBack(g, node) || len(startuptaint.MatchingTaints(node.Spec.Taints, specs)) > 0 {
 			continue
 		}
-		p := &plan{g: g, specs: specs}
+		p := &plan{g: g, specs: specs, putsBack: true}
 		cause, ok := r.causeAtStop(node, p)
 		if !ok {
 			continue
@@ -75,7 +76,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		case p.err != nil:
 			r.reportRetaintFailure(*p.retaint, p.err)
 			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.retaint.String(), "error", p.err.Error())
-		case p.retainted():
+		case p.putBackWritten():
 			r.reportRetaint(ctx, node, *p.retaint, p.cause, verdict{})
 		}
 	}

@@ -420,8 +420,8 @@ func TestANodeThatRegisteredWithoutItsTaintIsReportedOnce(t *testing.T) {
 				}
 			}
 			expectEvents(t, got, want...)
-			if got := testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(startup.Key)); got != boolToFloat(tc.reported) {
-				t.Fatalf("startup_taint_missing_at_registration = %v, want %v", got, boolToFloat(tc.reported))
+			if got := testutil.ToFloat64(metrics.Default().MissingAtRegistration.WithLabelValues(startup.Key)); got != metrics.Bool(tc.reported) {
+				t.Fatalf("startup_taint_missing_at_registration = %v, want %v", got, metrics.Bool(tc.reported))
 			}
 
 			// Later observations of the same Node, with the taint gone after it came and went,

@@ -8,12 +8,13 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // sentWrite is one write as the API server would receive it: its subresource, patch type, bytes

@@ -116,3 +116,32 @@ func matchesAny(t corev1.Taint, specs []TaintSpec) bool {
 	}
 	return false
 }
+
+// SpecsSelecting returns the specs that select at least one of taints, in their order.
+func SpecsSelecting(taints []corev1.Taint, specs []TaintSpec) []TaintSpec {
+	var out []TaintSpec
+	for _, spec := range specs {
+		if len(MatchingTaints(taints, []TaintSpec{spec})) > 0 {
+			out = append(out, spec)
+		}
+	}
+	return out
+}
+
+// TaintStrings returns each taint in its KEY[=VALUE]:EFFECT form.
+func TaintStrings(taints []corev1.Taint) []string {
+	out := make([]string, len(taints))
+	for i, t := range taints {
+		out[i] = t.ToString()
+	}
+	return out
+}
+
+// SpecStrings returns each spec in its KEY[:EFFECT] form.
+func SpecStrings(specs []TaintSpec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.String()
+	}
+	return out
+}

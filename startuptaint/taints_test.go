@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 func TestParseTaintSpec(t *testing.T) {

@@ -216,3 +216,11 @@ func revision() string {
 	}
 	return "unknown"
 }
+
+// Bool is a gauge's value for b: 1 when true.
+func Bool(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -97,7 +97,7 @@ const (
 	// crashes, and podsPerNode new pods arrive, one every arrivalGap.
 	diesLater
 	// reboots: the node starts as with slowRegistrar; once every pod has its volume, it goes down
-	// without kubelet's graceful shutdown and comes back with a new boot ID (reboot.go).
+	// without kubelet's graceful shutdown and comes back with a new boot ID (controllers/putback.go).
 	reboots
 	// shutsDown: as reboots, but through kubelet's graceful shutdown.
 	shutsDown

@@ -8,8 +8,33 @@ import (
 	"regexp"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
+
+// What an error from the API server means: its class for metrics (failureClass), whether a retry
+// can heal it (refused), and, for a refusal by the shipped admission policies, which rule refused
+// and what an operator should check (RefusalTag, refusalAdvice).
+
+// failureClass sorts a failed patch into a metrics.Result* class.
+func failureClass(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return metrics.ResultConflict
+	case refused(err):
+		return metrics.ResultForbidden
+	}
+	return metrics.ResultError
+}
+
+// refused tells a request the API server will not admit as it was sent, which no retry of the
+// same request heals: RBAC and the policy's own checks answer Forbidden, while a validation that
+// fails to evaluate (a policy rendered with the wrong settings) answers Invalid.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+}
 
 // refusalTag finds the tag that ends a policy's message: the last bracketed word of the API
 // server's refusal, which quotes the message last.

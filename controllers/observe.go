@@ -1,0 +1,301 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/startup-taint-remover/startup-taint-remover/gates"
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+)
+
+// RegistrationWindow is how young a Node must be, when the agent first sees it without a group's
+// startup taints and with no record of their removal, for that to be reported as a Node that
+// registered without them (startuptaint.EventReasonRegisteredWithoutTaint). An older Node is one
+// the agent was installed on, or restarted on, long after its registration: reporting those would
+// raise one event per node of a fleet at every rollout.
+const RegistrationWindow = 10 * time.Minute
+
+// observe reads what the group's decision rests on: which of its startup taints the Node carries
+// and what changed since the last reconcile (nodeState.observe), and, once, its driver's
+// CSIDriver. It returns nil while the group's taints are not known yet.
+func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Node, now time.Time) *plan {
+	putsBack := r.putsBack(g, node)
+	specs := g.taintSpecs(putsBack)
+	if len(specs) == 0 {
+		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
+		return nil
+	}
+	p := &plan{g: g, specs: specs, now: now, putsBack: putsBack, bootedAgain: g.bootedAgain(node)}
+	p.obs = g.state.observe(node, specs, g.retaintKey(putsBack), now)
+	p.csiDriver, p.csiDriverRead = r.readCSIDriver(ctx, g)
+	return p
+}
+
+// startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's
+// default once its name is known.
+func (g *group) startupSpecs() []startuptaint.TaintSpec {
+	if len(g.Taints) > 0 {
+		return g.Taints
+	}
+	if name := g.driverName(); name != "" {
+		return []startuptaint.TaintSpec{startuptaint.DefaultTaintSpec(name)}
+	}
+	return nil
+}
+
+// taintSpecs are the group's startup taints and, when putBack and they do not select it, the
+// taint an agent puts back (startuptaint.RetaintSpec; see NodeReconciler.putsBack).
+func (g *group) taintSpecs(putBack bool) []startuptaint.TaintSpec {
+	specs := g.startupSpecs()
+	if len(specs) == 0 || !putBack {
+		return specs
+	}
+	back := startuptaint.RetaintSpec(specs)
+	if len(startuptaint.MatchingTaints([]corev1.Taint{{Key: back.Key, Effect: back.Effect}}, specs)) > 0 {
+		return specs
+	}
+	return append(slices.Clip(specs), back)
+}
+
+// retaintKey is startuptaint.RetaintSpec's String when putBack, and empty otherwise or before the
+// group's taints are known.
+func (g *group) retaintKey(putBack bool) string {
+	if specs := g.startupSpecs(); putBack && len(specs) > 0 {
+		return startuptaint.RetaintSpec(specs).String()
+	}
+	return ""
+}
+
+// putsBack reports whether the group's taint in the form an agent puts back
+// (startuptaint.RetaintSpec) is the agent's to remove: in continuous mode, and on a Node whose boot
+// was recorded for the group, where an agent puts it back after a reboot or at a shutdown.
+// Elsewhere a taint of the same key in that form is another writer's, unless a spec selects it.
+func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
+	specs := g.startupSpecs()
+	if len(specs) == 0 {
+		return false
+	}
+	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
+	return r.RetaintAfter > 0 || recorded
+}
+
+// nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
+// time, from a startup taint appearing to its removal. Its methods are the transitions; each
+// returns what happened, and the reconciler reports it (events.go). Only the controller's single
+// worker touches it.
+type nodeState struct {
+	uid types.UID
+	// present is, by spec, whether it was on the node at the last observation.
+	present map[string]bool
+	// removedBefore holds the specs (of this state's group) removed from this Node at least once,
+	// by this process or, through startuptaint.RemovedAnnotation, by an earlier one.
+	removedBefore map[string]bool
+	// readded holds the specs that came back since their last removal.
+	readded map[string]bool
+
+	// The current episode: when a startup taint was first seen, the gate and reason classes
+	// already reported while waiting, and the last failure class and its backoff.
+	heldSince  time.Time
+	waitEvents map[string]bool
+	failure    string
+	retryAfter time.Duration
+	// wouldRemove is set once a dry run has reported the removal it would have made.
+	wouldRemove bool
+
+	// The gates' verdict over time, across episodes: since when every gate has passed, or since
+	// when one has not. Both are zero before the first probe, when nothing is known.
+	passingSince time.Time
+	failingSince time.Time
+	// wouldRetaint is set once a dry run has reported the taint it would have put back, until the
+	// gates pass again.
+	wouldRetaint bool
+	// condition is the Node condition this process last wrote, so that a cache which has not seen
+	// the write yet does not cause it twice.
+	condition *corev1.NodeCondition
+}
+
+// observation is what observing the Node's taints found.
+type observation struct {
+	// held are the node's taints that the specs select.
+	held []corev1.Taint
+	// present is, by spec, whether it is on the node.
+	present map[string]bool
+	// cameBack are the specs that are back since their last removal.
+	cameBack []string
+	// ended is set when the taints went without this agent removing them: another writer did.
+	ended bool
+	// again is set when a held taint came back after an earlier removal.
+	again bool
+	// registeredWithout is set at the first observation of a Node younger than RegistrationWindow
+	// that carries none of the specs and whose startuptaint.RemovedAnnotation names none of them:
+	// it registered without the group's startup taints.
+	registeredWithout bool
+}
+
+// observe records the Node's taints, as specs select them: one group's. A Node with a new UID
+// (re-created under the same name) starts a new history; startuptaint.RemovedAnnotation tells which
+// of specs were removed before this process (another group's entries are that group's history).
+// retaint is the spec continuous mode puts back (empty when it is off): only an agent puts it on a
+// Node, so once any of specs has been removed, finding it means it came back.
+func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, retaint string, now time.Time) observation {
+	first := s.uid != node.UID || s.present == nil
+	if first {
+		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
+			readded: map[string]bool{}, waitEvents: map[string]bool{}}
+	}
+	for _, removed := range removedSpecs(node) {
+		if slices.ContainsFunc(specs, func(spec startuptaint.TaintSpec) bool { return spec.String() == removed }) {
+			s.removedBefore[removed] = true
+		}
+	}
+	obs := observation{held: startuptaint.MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
+	for _, spec := range specs {
+		key := spec.String()
+		present := len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{spec})) > 0
+		removedBefore := s.removedBefore[key] || key == retaint && len(s.removedBefore) > 0
+		if present && !s.present[key] && removedBefore {
+			obs.cameBack = append(obs.cameBack, key)
+			s.readded[key] = true
+		}
+		s.present[key], obs.present[key] = present, present
+		obs.again = obs.again || present && s.readded[key]
+	}
+	obs.registeredWithout = first && len(obs.held) == 0 && len(s.removedBefore) == 0 &&
+		now.Sub(node.CreationTimestamp.Time) < RegistrationWindow
+	switch {
+	case len(obs.held) == 0 && !s.heldSince.IsZero():
+		s.endEpisode()
+		obs.ended = true
+	case len(obs.held) > 0 && s.heldSince.IsZero():
+		s.heldSince = now
+	}
+	return obs
+}
+
+// endEpisode forgets the episode: the next taint starts a new one, with its own wait reports and
+// failure backoff.
+func (s *nodeState) endEpisode() {
+	s.heldSince = time.Time{}
+	clear(s.waitEvents)
+	s.failure, s.retryAfter = "", 0
+	s.wouldRemove = false
+}
+
+// removedSpecs reads startuptaint.RemovedAnnotation.
+func removedSpecs(node *corev1.Node) []string {
+	v := node.Annotations[startuptaint.RemovedAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// bootEntries returns startuptaint.BootAnnotation's entries as written, nil when the Node has none.
+func bootEntries(n *corev1.Node) []string {
+	v, ok := n.Annotations[startuptaint.BootAnnotation]
+	if !ok {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// bootEntry splits an entry as the admission policy does: KEY=BOOTID, or no entry of a key.
+func bootEntry(e string) (key, boot string, ok bool) {
+	parts := strings.Split(e, "=")
+	if len(parts) != 2 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// recordedBoot returns the boot ID recorded for key, and whether there is one.
+func recordedBoot(n *corev1.Node, key string) (string, bool) {
+	for _, e := range bootEntries(n) {
+		if k, boot, ok := bootEntry(e); ok && k == key {
+			return boot, true
+		}
+	}
+	return "", false
+}
+
+// rebooted reports whether the Node booted again since key's boot was recorded.
+func rebooted(n *corev1.Node, key string) bool {
+	boot := n.Status.NodeInfo.BootID
+	recorded, ok := recordedBoot(n, key)
+	return boot != "" && ok && recorded != boot
+}
+
+// bootedAgain reports whether node booted again since the group's gates last passed, by the boot
+// record of the taint an agent puts back: then what a reboot leaves stale cannot count
+// (gates.AfterReboot).
+func (g *group) bootedAgain(node *corev1.Node) bool {
+	specs := g.startupSpecs()
+	return len(specs) > 0 && rebooted(node, startuptaint.RetaintSpec(specs).Key)
+}
+
+// The scheduler's own CSI check (KEP-5030, beta and on by default from Kubernetes 1.37): a
+// CSIDriver with spec.preventPodSchedulingIfMissing keeps a pod with a PVC-backed volume of that
+// driver off a node until the node's CSINode lists the driver. It does not cover CSI inline
+// volumes, the driver's Probe health, or a driver that fails later, which the startup taint does.
+//
+// The agent reads its driver's CSIDriver once per process, once the driver has told its name
+// (which is why it is one read, not a cache by name like the CSINode's: the name is not known when
+// the cache starts), and reports what it means for this install: the gauge
+// startup_taint_csi_driver_prevents_scheduling and one log line. No event: on a 5,000-node fleet
+// an event per node at every rollout is 5,000 writes saying the same thing, while the gauge costs
+// nothing to write and `count by (driver)` answers for the fleet.
+
+// driverName is the name the group's CSI driver told, or "" before it has (or without one).
+func (g *group) driverName() string {
+	for _, gate := range g.Gates {
+		if n, ok := gate.(gates.DriverNamer); ok {
+			return n.DriverName()
+		}
+	}
+	return ""
+}
+
+// csiDriverRead is what the one read of a group's CSIDriver found.
+type csiDriverRead struct {
+	name string
+	// prevents: the CSIDriver sets preventPodSchedulingIfMissing.
+	prevents bool
+	// forbidden is the API server's refusal when the install's role lacks get on csidrivers.
+	forbidden error
+}
+
+// readCSIDriver reads the group's CSIDriver, once its driver has told its name, and returns what
+// it found; ok is false before the name is known, after the read, and when the read failed for
+// another reason than the object's absence or a refusal, which the next reconcile tries again.
+func (r *NodeReconciler) readCSIDriver(ctx context.Context, g *group) (read csiDriverRead, ok bool) {
+	name := g.driverName()
+	if g.csiDriverRead || name == "" {
+		return read, false
+	}
+	d := &storagev1.CSIDriver{}
+	err := r.wired.reader.Get(ctx, client.ObjectKey{Name: name}, d)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		log.FromContext(ctx).V(4).Info("reading the driver's CSIDriver", "driver", name, "error", err.Error())
+		return read, false
+	}
+	g.csiDriverRead = true
+	read.name = name
+	if apierrors.IsForbidden(err) {
+		read.forbidden = err
+		return read, true
+	}
+	read.prevents = err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
+	return read, true
+}

@@ -1,0 +1,133 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+)
+
+// Reconcile removes each group's startup taints from the node when all the group's readiness
+// gates pass, or puts one back when a cause of putback.go holds. It runs the loop's stages in
+// order, each in its own file: for each group, observe the Node (observe.go), check the gates
+// (gatecheck.go) and decide (decide.go, putback.go); then publish each verdict as a condition and
+// send every group's change in one patch (write.go), record what the write did (outcome.go), and
+// report it all (events.go). Until the confinement check permits writes, it decides and reports
+// only. The clock is read once for the decisions, and once when the patch is accepted.
+//
+// Retries take one of three ways, by what failed:
+//   - a patch that lost a race with another writer (409 Conflict) is sent again at once, read
+//     afresh from the API server, on conflictBackoff (patchTaints);
+//   - any other error is returned, and the workqueue retries it with its per-item backoff, from
+//     100 ms to MaxRetryInterval (SetupWithManager);
+//   - a refused patch (Forbidden, or Invalid from a policy that fails to evaluate) does not heal
+//     by itself: it is not returned but retried after a backoff of its own, from 1 s to
+//     MaxRetryInterval (nodeState.recordFailure), without a log line per attempt.
+func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	node := &corev1.Node{}
+	if err := r.wired.client.Get(ctx, req.NamespacedName, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := r.wired.clock.Now()
+	permitted := r.Confinement.Permits()
+	plans := make([]*plan, 0, len(r.running))
+	for _, g := range r.running {
+		gctx := g.logContext(ctx)
+		if p := r.observe(gctx, g, node, now); p != nil {
+			r.check(gctx, node, p)
+			r.decide(gctx, node, p)
+			plans = append(plans, p)
+		}
+	}
+	var res ctrl.Result
+	var errs []error
+	if permitted {
+		for _, p := range plans {
+			errs = append(errs, r.publishCondition(p.g.logContext(ctx), node, p))
+		}
+		r.write(ctx, node, slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() }))
+		for _, p := range plans {
+			requeue, err := r.outcome(node, p)
+			errs = append(errs, err)
+			if requeue > 0 && (res.RequeueAfter == 0 || requeue < res.RequeueAfter) {
+				res.RequeueAfter = requeue
+			}
+		}
+	} else {
+		// The confinement check's verdict, once it permits writes, reconciles again.
+		log.FromContext(ctx).V(4).Info("writing nothing until an admission policy is seen to confine this agent")
+	}
+	for _, p := range plans {
+		r.report(p.g.logContext(ctx), node, p)
+	}
+	return res, errors.Join(errs...)
+}
+
+// plan carries one group through one reconcile: each stage fills in its part, in the loop's order,
+// and report says it all at the end.
+type plan struct {
+	g *group
+	// now is when the reconcile began: the one time its observations and decisions are made at.
+	now time.Time
+
+	// observe: the group's taints (specs), what the Node carries of them (obs), whether the taint
+	// an agent puts back is the agent's to remove (putsBack), whether the Node booted again since
+	// the group's gates last passed (bootedAgain), and the group's CSIDriver when this reconcile
+	// read it (csiDriverRead).
+	specs         []startuptaint.TaintSpec
+	obs           observation
+	putsBack      bool
+	bootedAgain   bool
+	csiDriver     csiDriverRead
+	csiDriverRead bool
+
+	// check: the gate that holds the group's taints, nil when every gate passes (what its Node
+	// condition says), and the verdict over time.
+	notReady *gateError
+	v        verdict
+
+	// decide: remove is set when the group's startup taints go now; forced, when MaxWait forces
+	// them. retaint is the taint put back now, and cause why (putback.go). recordBoot is set when
+	// the boot record alone is brought up to this boot (putback.go). requeue is when to reconcile
+	// again for this group, when nothing is written.
+	remove     bool
+	forced     bool
+	retaint    *startuptaint.TaintSpec
+	cause      startuptaint.Cause
+	recordBoot bool
+	requeue    time.Duration
+	// What decide found to say: the wait for notReady (firstWait: the first in this episode for its
+	// gate and reason class), and a dry run's removal or re-taint that it did not make.
+	waiting, firstWait        bool
+	wouldRemove, wouldRetaint bool
+
+	// write: the Node condition publishCondition wrote, and its error. orig is the Node before the
+	// patch that carried this plan's change, nil when that patch changed nothing or the Node is
+	// gone; err is the patch's error, and written when the API server accepted it: the end of the
+	// reaction time.
+	condition    *corev1.NodeCondition
+	conditionErr error
+	orig         *corev1.Node
+	err          error
+	written      time.Time
+
+	// outcome: the removal, or its failure and the error it returns; whether the write put the
+	// taint back.
+	removal   *removal
+	failure   *failure
+	retainted bool
+}
+
+// changes reports whether the plan writes to the Node.
+func (p *plan) changes() bool { return p.remove || p.retaint != nil || p.recordBoot }
