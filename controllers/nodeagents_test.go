@@ -42,7 +42,7 @@ func TestTheNodeAgentsGateNamesTheDaemonSetItWaitsForAndIsCheckedAgain(t *testin
 	if res.RequeueAfter <= 0 || res.RequeueAfter > 5*time.Second {
 		t.Errorf("requeue after %v, want the gate checked again within 5s", res.RequeueAfter)
 	}
-	waiting := r.wired.metrics.WaitingFor.WithLabelValues(gates.DaemonSetsName, "kube-system/cni")
+	waiting := r.wired.metrics.WaitingFor.WithLabelValues(gates.NodeAgentsName, "kube-system/cni")
 	if got := testutil.ToFloat64(waiting); got != 1 {
 		t.Errorf("startup_taint_gate_waiting_for{agent=kube-system/cni} = %v, want 1", got)
 	}

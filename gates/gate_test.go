@@ -12,12 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// named is a gate of a driver's own, known only by its name.
-type named string
-
-func (n named) Name() string                       { return string(n) }
-func (n named) Check(context.Context, Input) error { return nil }
-
 func TestEveryGateNamesItsConditionReason(t *testing.T) {
 	csi, err := NewCSIGate("/csi/csi.sock", 0)
 	if err != nil {

@@ -16,16 +16,6 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
-// namer is a DriverNamer that has learnt name.
-type namer string
-
-func (n namer) DriverName() string { return string(n) }
-
-// rewritten is a Reregistration: whether kubelet wrote the driver into CSINode again.
-type rewritten bool
-
-func (r rewritten) RegisteredAgain() bool { return bool(r) }
-
 func TestRegistrationGatePassesOnceKubeletHasRegisteredTheDriverInThisBoot(t *testing.T) {
 	const driver = "example.csi.k8s.io"
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)

@@ -68,10 +68,10 @@ type benchConfig struct {
 	strategies *regexp.Regexp
 	// pluginNodes is the size of the cluster the kubectl plugin lists.
 	pluginNodes int
-	// agentsFleets are how many nodes boot together in the agents scenario, each size in turn,
+	// nodeAgentsFleets are how many nodes boot together in the node-agents scenario, each size in turn,
 	// with daemonSets node agents.
-	agentsFleets []int
-	daemonSets   int
+	nodeAgentsFleets []int
+	daemonSets       int
 }
 
 // selected returns the cases whose strategy's name matches --strategies.
@@ -107,20 +107,20 @@ func main() {
 	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
 	flag.IntVar(&c.reboots, "reboots", 10, "reboots per case (strategy, volume kind and kind of shutdown) in the reboot scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
-	agentsFleets := flag.String("agents-nodes", "10,100", "nodes booting together in the agents scenario, each size in turn")
-	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the agents scenario")
+	nodeAgentsFleets := flag.String("node-agents-nodes", "10,100", "nodes booting together in the node-agents scenario, each size in turn")
+	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the node-agents scenario")
 	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,agents",
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
-			"plugin writes plugin.md, agents writes agents.md; all by default")
+			"plugin writes plugin.md, node-agents writes node-agents.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "agents":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, agents\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents\n", s)
 			os.Exit(2)
 		}
 	}
@@ -130,7 +130,7 @@ func main() {
 	}
 	c.sizes = positives("--sizes", sizes)
 	c.workloadFleets = positives("--workload-nodes", *fleets)
-	c.agentsFleets = positives("--agents-nodes", *agentsFleets)
+	c.nodeAgentsFleets = positives("--node-agents-nodes", *nodeAgentsFleets)
 	if c.daemonSets < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --daemonsets: must be positive")
 		os.Exit(2)
@@ -243,16 +243,16 @@ func run(c benchConfig) error {
 			return err
 		}
 	}
-	if c.scenarios["agents"] {
-		logf("every node agent: %d DaemonSets, %v nodes booting at once", c.daemonSets, c.agentsFleets)
+	if c.scenarios["node-agents"] {
+		logf("every node agent: %d DaemonSets, %v nodes booting at once", c.daemonSets, c.nodeAgentsFleets)
 		astart := time.Now()
-		rs, err := measureAgents(ctx, e, c.agentsFleets, c.daemonSets)
+		rs, err := measureNodeAgents(ctx, e, c.nodeAgentsFleets, c.daemonSets)
 		if err != nil {
 			return fmt.Errorf("every node agent: %w", err)
 		}
-		md := agentsMarkdown(rs, c.daemonSets, machine(), time.Since(astart))
+		md := nodeAgentsMarkdown(rs, c.daemonSets, machine(), time.Since(astart))
 		fmt.Println(md)
-		if err := os.WriteFile(filepath.Join(c.out, "agents.md"), []byte(md), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.out, "node-agents.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}

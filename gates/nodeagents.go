@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,9 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,8 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
-// DaemonSetsName names the node agents' gate in logs, events and metrics.
-const DaemonSetsName = "daemonsets"
+// NodeAgentsName names the node agents' gate in logs, events and metrics: "daemonsets", the name it
+// has had since it was first released, which dashboards and alerts select by.
+const NodeAgentsName = "daemonsets"
 
 // NodeAgentLabel on a DaemonSet says whether it is a node agent this node waits for: "false"
 // leaves it out; with NodeAgentsLabelled, only DaemonSets labelled "true" count.
@@ -123,7 +120,7 @@ func NewNodeAgentsGate(o NodeAgentsOptions) *NodeAgentsGate {
 }
 
 // Name implements Gate.
-func (g *NodeAgentsGate) Name() string { return DaemonSetsName }
+func (g *NodeAgentsGate) Name() string { return NodeAgentsName }
 
 // Title implements Titled.
 func (g *NodeAgentsGate) Title() string { return "DaemonSets" }
@@ -263,107 +260,6 @@ func (g *NodeAgentsGate) counts(ds *appsv1.DaemonSet, node *corev1.Node) bool {
 	return shouldRun(pod, node, g.withoutStartup(node.Spec.Taints))
 }
 
-// tolerated reports whether tolerations tolerate the startup taints: each one on node as it is
-// there; one that is not there (it went, or has not come yet) with its configured effect, or with
-// either effect that keeps a pod off when none is configured.
-func (g *NodeAgentsGate) tolerated(tolerations []corev1.Toleration, node *corev1.Node) bool {
-	tolerates := func(t corev1.Taint) bool {
-		return corev1helpers.TolerationsTolerateTaint(klog.Background(), tolerations, &t, true)
-	}
-	for _, spec := range g.startup {
-		var on []corev1.Taint
-		for _, t := range node.Spec.Taints {
-			if matchesStartup(spec, t) {
-				on = append(on, t)
-			}
-		}
-		switch {
-		case len(on) > 0:
-			if slices.ContainsFunc(on, func(t corev1.Taint) bool { return !tolerates(t) }) {
-				return false
-			}
-		case spec.Effect != "":
-			if !tolerates(spec) {
-				return false
-			}
-		default:
-			noSchedule, noExecute := spec, spec
-			noSchedule.Effect, noExecute.Effect = corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute
-			if !tolerates(noSchedule) && !tolerates(noExecute) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// matchesStartup reports whether taint t is the startup taint spec: its key, and its effect
-// where spec has one.
-func matchesStartup(spec, t corev1.Taint) bool {
-	return spec.Key == t.Key && (spec.Effect == "" || spec.Effect == t.Effect)
-}
-
-// bootTaints are the taints a booting node carries until it is initialized and Ready, which go by
-// themselves: the DaemonSet controller makes no pod of a DaemonSet that does not tolerate them
-// until they go, and nor does the scheduler place a workload's pod, so such a DaemonSet counts from
-// the start, or the gate would pass before its pod exists.
-var bootTaints = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable,
-	"node.cloudprovider.kubernetes.io/uninitialized"}
-
-// withoutStartup returns taints without the startup taints and the taints of a booting node.
-func (g *NodeAgentsGate) withoutStartup(taints []corev1.Taint) []corev1.Taint {
-	return slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool {
-		return slices.Contains(bootTaints, t.Key) || slices.ContainsFunc(g.startup, func(s corev1.Taint) bool { return matchesStartup(s, t) })
-	})
-}
-
-// daemonPod is the pod the DaemonSet controller would make of ds for node: its template, with the
-// tolerations the controller adds to every daemon pod
-// (pkg/controller/daemon/util.AddOrUpdateDaemonPodTolerations).
-func daemonPod(ds *appsv1.DaemonSet, node string) *corev1.Pod {
-	pod := &corev1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: *ds.Spec.Template.Spec.DeepCopy()}
-	pod.Namespace = ds.Namespace
-	if pod.Spec.NodeName == "" {
-		// Only a template that names another node differs from the pod the controller makes.
-		pod.Spec.NodeName = node
-	}
-	added := []corev1.Toleration{
-		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: corev1.TaintNodeDiskPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-		{Key: corev1.TaintNodeMemoryPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-		{Key: corev1.TaintNodePIDPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-		{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-	}
-	if pod.Spec.HostNetwork {
-		added = append(added, corev1.Toleration{Key: corev1.TaintNodeNetworkUnavailable, Operator: corev1.TolerationOpExists,
-			Effect: corev1.TaintEffectNoSchedule})
-	}
-	for _, t := range added {
-		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
-			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
-		}
-	}
-	return pod
-}
-
-// shouldRun applies the DaemonSet controller's rules for whether pod runs on node
-// (pkg/controller/daemon NodeShouldRunDaemonPod): its node name, its required node affinity and
-// node selector, and taints of effect NoSchedule or NoExecute it does not tolerate.
-func shouldRun(pod *corev1.Pod, node *corev1.Node, taints []corev1.Taint) bool {
-	if pod.Spec.NodeName != node.Name {
-		return false
-	}
-	// A term that does not parse matches nothing, as the controller reads it.
-	if fits, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !fits {
-		return false
-	}
-	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoExecute || t.Effect == corev1.TaintEffectNoSchedule
-	}, true)
-	return !untolerated
-}
-
 // daemonSets returns the DaemonSets that may count, listed again when the last list is older
 // than maxAge (relistAfter when zero) or some pod here belongs to a DaemonSet it lacks.
 func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, pods []corev1.Pod,
@@ -449,80 +345,4 @@ func podOf(ds *appsv1.DaemonSet, pods []corev1.Pod) *corev1.Pod {
 		}
 	}
 	return found
-}
-
-// mountsRegistry reports whether pod mounts kubelet's plugins registry from the host so that it
-// can write there: it registers a plugin with kubelet, as node-driver-registrar does, which must
-// create its socket. A read-only mount only reads the registry (this agent's own installs do).
-func mountsRegistry(pod *corev1.Pod) bool {
-	_, ok := registryMount(pod)
-	return ok
-}
-
-// registryMount returns kubelet's root directory as pod sees the host: the directory that holds
-// the plugins registry it mounts.
-func registryMount(pod *corev1.Pod) (string, bool) {
-	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil && filepath.Base(filepath.Clean(v.HostPath.Path)) == registryDirName && writes(pod, v.Name) {
-			return filepath.Dir(filepath.Clean(v.HostPath.Path)), true
-		}
-	}
-	return "", false
-}
-
-// writes reports whether a container of pod mounts the volume named volume read-write.
-func writes(pod *corev1.Pod, volume string) bool {
-	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
-		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume && !m.ReadOnly })
-	})
-}
-
-// owns reports whether plugin p is pod's: of the pods among pods that mount kubelet's plugins
-// registry, pod has the host path that holds p's endpoint most closely. Paths under kubelet's root
-// compare relative to it, as pod's root and the agent's may differ (a distribution's, a test's).
-func (g *NodeAgentsGate) owns(pod *corev1.Pod, p Plugin, pods []corev1.Pod) bool {
-	endpoint := relativeTo(g.registry.Root(), p.Endpoint)
-	best, mine := -1, -1
-	for i := range pods {
-		depth := holds(&pods[i], endpoint)
-		if pods[i].UID == pod.UID && pods[i].Namespace == pod.Namespace && pods[i].Name == pod.Name {
-			mine = depth
-		}
-		best = max(best, depth)
-	}
-	return mine >= 0 && mine == best
-}
-
-// holds returns how deep the deepest of pod's host paths that holds endpoint is, relative to
-// kubelet's root as pod sees it, or -1 when none does or pod does not mount the registry.
-func holds(pod *corev1.Pod, endpoint string) int {
-	root, ok := registryMount(pod)
-	if !ok {
-		return -1
-	}
-	best := -1
-	for _, v := range pod.Spec.Volumes {
-		if v.HostPath == nil || filepath.Base(filepath.Clean(v.HostPath.Path)) == registryDirName {
-			continue
-		}
-		dir := relativeTo(root, v.HostPath.Path)
-		if dir != "." && endpoint != dir && !strings.HasPrefix(endpoint, dir+"/") {
-			continue
-		}
-		depth := 0
-		if dir != "." {
-			depth = strings.Count(strings.Trim(dir, "/"), "/") + 1
-		}
-		best = max(best, depth)
-	}
-	return best
-}
-
-// relativeTo returns path relative to root when it is under root, and path, cleaned, otherwise.
-func relativeTo(root, path string) string {
-	path = filepath.Clean(path)
-	if rel, err := filepath.Rel(root, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-		return rel
-	}
-	return path
 }

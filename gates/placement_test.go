@@ -5,8 +5,6 @@ package gates
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,42 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-
-	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
-
-const startupKey = "example.com/agent-not-ready"
-
-// daemonSet is a DaemonSet in kube-system whose pods tolerate the startup taint, changed by opts.
-func daemonSet(name string, opts ...func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
-	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", UID: types.UID("uid-" + name)}}
-	ds.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: startupKey, Operator: corev1.TolerationOpExists}}
-	for _, o := range opts {
-		o(ds)
-	}
-	return ds
-}
-
-// daemonPodOn is ds's pod on node, Ready or not, with the template's volumes.
-func daemonPodOn(ds *appsv1.DaemonSet, node string, ready bool) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ds.Name + "-x", Namespace: ds.Namespace, UID: types.UID("pod-" + ds.Name),
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr.To(true)}}},
-		Spec: *ds.Spec.Template.Spec.DeepCopy()}
-	p.Spec.NodeName = node
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
-	return p
-}
-
-func hostPath(name, path string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
-}
 
 func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesTheStartupTaint(t *testing.T) {
 	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
@@ -171,116 +136,5 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 				}
 			}
 		})
-	}
-}
-
-// A DaemonSet created after the gate listed them counts as soon as its pod shows here, or at
-// the latest when the gate is about to pass: never after the taint went.
-func TestTheNodeAgentsGateCountsADaemonSetAddedWhileTheNodeWaits(t *testing.T) {
-	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
-	cni := daemonSet("cni")
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cni).Build()
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
-	ctx := context.Background()
-	check := func() string {
-		err := g.Check(ctx, Input{Node: node, Reader: c, Lister: c})
-		if err == nil {
-			return ""
-		}
-		return err.Error()
-	}
-	if got := check(); !strings.Contains(got, "kube-system/cni") {
-		t.Fatalf("first check: %q", got)
-	}
-	logs := daemonSet("logs")
-	for _, o := range []client.Object{logs, daemonPodOn(cni, "n1", true)} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The list is fresh, but passing asks for a list of now once it is older than a second.
-	clk.SetTime(clk.Now().Add(confirmAfter + time.Millisecond))
-	if got := check(); !strings.Contains(got, "kube-system/logs") {
-		t.Fatalf("after a DaemonSet was added: %q, want it named", got)
-	}
-	dns := daemonSet("dns")
-	if err := c.Create(ctx, dns); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, daemonPodOn(dns, "n1", false)); err != nil {
-		t.Fatal(err)
-	}
-	// A pod of a DaemonSet the list lacks lists again, however fresh the list.
-	if got := check(); !strings.Contains(got, "kube-system/dns") {
-		t.Fatalf("after a pod of a new DaemonSet showed: %q, want it named", got)
-	}
-}
-
-// A pod that mounts kubelet's plugins registry registers a plugin: it counts once a registration
-// server there serves a plugin whose endpoint is in its host paths, read relative to kubelet's
-// root, which differs between the pod's view (/var/lib/kubelet) and the agent's (a test's).
-func TestTheNodeAgentsGateWaitsForTheRegistrarOfAPodThatRegistersWithKubelet(t *testing.T) {
-	root, err := os.MkdirTemp("", "str-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	registry := filepath.Join(root, "plugins_registry")
-	if err := os.MkdirAll(registry, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
-	csiDriver := func(name, driver string, readOnly bool) *appsv1.DaemonSet {
-		return daemonSet(name, func(ds *appsv1.DaemonSet) {
-			ds.Spec.Template.Spec.Volumes = []corev1.Volume{hostPath("registration-dir", "/var/lib/kubelet/plugins_registry/"),
-				hostPath("kubelet-dir", "/var/lib/kubelet"), hostPath("plugin-dir", "/var/lib/kubelet/plugins/"+driver+"/")}
-			ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "node", Image: "driver"}, {Name: "registrar", Image: "registrar",
-				VolumeMounts: []corev1.VolumeMount{{Name: "registration-dir", MountPath: "/registration", ReadOnly: readOnly}}}}
-		})
-	}
-	ebs, efs := csiDriver("ebs", "ebs.csi.aws.com", false), csiDriver("efs", "efs.csi.aws.com", false)
-	// Another agent that reads the registry (this agent's own installs): no registrar.
-	reader := csiDriver("reader", "reader.example.com", true)
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ebs, efs, reader, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true),
-		daemonPodOn(reader, "n1", true)).Build()
-	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup},
-		Registry: NewPluginRegistry(registry), Clock: clocktesting.NewFakePassiveClock(time.Now())})
-	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }
-
-	err = check()
-	if Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs, kube-system/efs") ||
-		strings.Contains(err.Error(), "kube-system/reader") {
-		t.Fatalf("before any registrar: %v, want EBS and EFS named, not the reader", err)
-	}
-	if err := fakecsi.LeaveStaleRegistration(registry, "ebs.csi.aws.com"); err != nil {
-		t.Fatal(err)
-	}
-	if err = check(); Reason(err) != ReasonRegistrarNotServing {
-		t.Fatalf("with the boot before's socket, which serves nothing: %v", err)
-	}
-	r, err := fakecsi.Register(registry, "ebs.csi.aws.com", filepath.Join(root, "plugins/ebs.csi.aws.com/csi.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Unregister)
-	// EBS's endpoint is in both pods' kubelet-dir, but in EBS's plugin-dir, which holds it closer.
-	if err = check(); Reason(err) != ReasonRegistrarNotServing || strings.Contains(err.Error(), "kube-system/ebs") ||
-		!strings.Contains(err.Error(), "kube-system/efs") {
-		t.Fatalf("with EBS's registrar serving: %v, want EFS only named", err)
-	}
-	r2, err := fakecsi.Register(registry, "efs.csi.aws.com", "unix://"+filepath.Join(root, "plugins/efs.csi.aws.com/csi.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r2.Unregister)
-	if err = check(); err != nil {
-		t.Fatalf("with both registrars serving: %v", err)
-	}
-	r.Unregister()
-	if err = check(); Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs") {
-		t.Fatalf("after EBS's registrar stopped: %v", err)
 	}
 }
