@@ -6,21 +6,15 @@ package controllers
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -28,35 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
-
-var nodesResource = schema.GroupResource{Resource: "nodes"}
-
-// policyDenial is how the API server words a refusal by the shipped policy.
-var policyDenial = apierrors.NewForbidden(nodesResource, "n1", errors.New(
-	"ValidatingAdmissionPolicy 'startup-taint-remover-own-node-only' with binding 'startup-taint-remover-own-node-only' denied request: "+
-		"the startup-taint-remover may not change a Node's metadata (changed: labels) [metadata]"))
-
-// patchAnswering is a fake client whose Patch answers err (nil: the fake applies it) and records
-// the options of each patch.
-func patchAnswering(err error, opts *[]client.PatchOption) client.Client {
-	return fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).WithInterceptorFuncs(interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, o ...client.PatchOption) error {
-			if opts != nil {
-				*opts = append(*opts, o...)
-			}
-			if err != nil {
-				return err
-			}
-			return c.Patch(ctx, obj, patch, o...)
-		},
-	}).Build()
-}
 
 func TestConfinementCheckClassifiesTheAnswer(t *testing.T) {
 	tests := []struct {
@@ -116,12 +86,15 @@ type apiAnswers struct {
 }
 
 func (a *apiAnswers) set(err error) { a.mu.Lock(); defer a.mu.Unlock(); a.label = err }
+
 func (a *apiAnswers) refuseRemoval(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.removal = err
 }
+
 func (a *apiAnswers) count() int { a.mu.Lock(); defer a.mu.Unlock(); return a.labels }
+
 func (a *apiAnswers) removalCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -150,34 +123,6 @@ func (a *apiAnswers) client() client.Client {
 			return c.Patch(ctx, obj, patch, o...)
 		},
 	}).Build()
-}
-
-// startRunnable runs start (a manager.Runnable's Start) until the test ends and returns what it
-// returned, when it does.
-func startRunnable(t *testing.T, start func(context.Context) error) <-chan error {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done, stopped := make(chan error, 1), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		done <- start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-stopped
-	})
-	return done
-}
-
-// eventually polls cond for up to 10 s: Start runs in its own goroutine.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
@@ -291,15 +236,6 @@ func TestConfinementCheckRetriesWithoutAVerdictOnItsBackoff(t *testing.T) {
 	}
 }
 
-// removalDenial is how the API server refuses the removal in an install whose policy kept a
-// placeholder for --retaint-after (kustomize before v5.8 with a select by name pattern): a
-// validation that fails to evaluate answers Invalid, in the words of a Forbidden.
-var removalDenial = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure,
-	Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-	Message: `nodes "n1" is forbidden: ValidatingAdmissionPolicy 'startup-taint-remover-own-node-only' with binding 'startup-taint-remover-own-node-only' ` +
-		`denied request: expression 'variables.newTaints.all(t, t in variables.oldTaints)' resulted in error: ` +
-		`composited variable "retaintKeys" fails to evaluate: type conversion error from 'string' to 'google.protobuf.Duration'`}}
-
 func TestCheckRemovalSendsTheReconcilersPatchAsADryRun(t *testing.T) {
 	var sent []byte
 	var opts []client.PatchOption
@@ -385,91 +321,6 @@ func TestCheckRemovalClassifiesTheAnswer(t *testing.T) {
 	}
 }
 
-// policyRefusals reads the shipped policies' messages (message or messageExpression, as written)
-// and returns, for each rule's tag, the refusal the API server would word from it.
-func policyRefusals(t *testing.T) map[string]error {
-	t.Helper()
-	out := map[string]error{}
-	for _, file := range []string{"../config/policy/policy.yaml", "../config/policy/events.yaml"} {
-		raw, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var policy admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := yaml.Unmarshal(raw, &policy); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		for i, v := range policy.Spec.Validations {
-			message := v.Message + v.MessageExpression
-			tags := refusalTag.FindAllStringSubmatch(message, -1)
-			if len(tags) == 0 {
-				t.Errorf("%s: validation %d ends with no tag: %s", file, i, message)
-				continue
-			}
-			tag := tags[len(tags)-1][1]
-			if _, dup := out[tag]; dup {
-				t.Errorf("%s: tag %s on two rules", file, tag)
-			}
-			out[tag] = apierrors.NewForbidden(nodesResource, "n1", fmt.Errorf(
-				"ValidatingAdmissionPolicy 'startup-taint-remover-%s' with binding 'b' denied request: %s", policy.Name, message))
-		}
-	}
-	return out
-}
-
-func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
-	known := []string{startuptaint.RefusalSettings, startuptaint.RefusalUpdateOnly, startuptaint.RefusalConditionsOnly, startuptaint.RefusalStatusOff, startuptaint.RefusalNodeClaim, startuptaint.RefusalOwnNode,
-		startuptaint.RefusalTaints, startuptaint.RefusalSpec, startuptaint.RefusalMetadata, startuptaint.RefusalRemovedRecord, startuptaint.RefusalBootRecord, startuptaint.RefusalNode, startuptaint.RefusalStatus, startuptaint.RefusalCondition,
-		startuptaint.RefusalManagedEntries, startuptaint.RefusalManagedGained, startuptaint.RefusalManagedLost,
-		startuptaint.RefusalEventRegarding, startuptaint.RefusalEventReporter, startuptaint.RefusalEventMetadata, startuptaint.RefusalEventUpdate}
-	refusals := policyRefusals(t)
-	tags := make([]string, 0, len(refusals))
-	for tag, refusal := range refusals {
-		tags = append(tags, tag)
-		if got := RefusalTag(refusal); got != tag {
-			t.Errorf("RefusalTag() of the rule tagged %s = %q", tag, got)
-		}
-	}
-	slices.Sort(tags)
-	slices.Sort(known)
-	if !slices.Equal(tags, known) {
-		t.Errorf("the policies' tags are %v; the agent knows %v", tags, known)
-	}
-}
-
-func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
-	refusals := policyRefusals(t)
-	// What each rule of own-node-only, which judges the removal, sends an operator to check.
-	want := map[string]string{
-		startuptaint.RefusalSettings: "its settings, which the refusal quotes", startuptaint.RefusalTaints: "--taint", startuptaint.RefusalRemovedRecord: "--taint", startuptaint.RefusalBootRecord: "--taint",
-		startuptaint.RefusalConditionsOnly: "--conditions-only", startuptaint.RefusalStatusOff: "--condition-type", startuptaint.RefusalStatus: "--condition-type",
-		startuptaint.RefusalCondition: "--condition-type", startuptaint.RefusalUpdateOnly: "token", startuptaint.RefusalNodeClaim: "token", startuptaint.RefusalOwnNode: "token",
-		startuptaint.RefusalSpec: "mutating admission", startuptaint.RefusalMetadata: "mutating admission", startuptaint.RefusalNode: "mutating admission",
-		startuptaint.RefusalManagedEntries: "mutating admission", startuptaint.RefusalManagedGained: "mutating admission", startuptaint.RefusalManagedLost: "mutating admission",
-	}
-	for tag, refusal := range refusals {
-		if strings.HasPrefix(tag, "event-") {
-			continue // events are no removal
-		}
-		got := refusalAdvice(refusal)
-		for _, w := range []string{"startup-taint-remover-own-node-only", want[tag]} {
-			if w == "" || !strings.Contains(got, w) {
-				t.Errorf("%s: refusalAdvice() = %q, want it to name %q", tag, got, w)
-			}
-		}
-	}
-	for name, tt := range map[string]struct{ denial, want string }{
-		"a variable that fails":  {removalDenial.Error(), "--retaint-after"},
-		"a condition variable":   {`ValidatingAdmissionPolicy 'p' with binding 'b' denied request: composited variable "ownConditions" fails to evaluate`, "--condition-type"},
-		"RBAC":                   {`nodes "n1" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "nodes"`, "ClusterRole"},
-		"what another step adds": {policyDenial.Error(), "changed labels on the way"},
-	} {
-		if got := refusalAdvice(errors.New(tt.denial)); !strings.Contains(got, tt.want) {
-			t.Errorf("%s: refusalAdvice() = %q, want it to name %q", name, got, tt.want)
-		}
-	}
-}
-
 func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	api := &apiAnswers{label: policyDenial, removal: removalDenial}
@@ -521,17 +372,6 @@ func TestConfinementCheckIsNotReadyWhileTheRemovalIsRefused(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	if clock.HasWaiters() {
 		t.Error("an admitted removal and a verdict must end the retries")
-	}
-}
-
-func TestElideKeepsTheStartAndTheEnd(t *testing.T) {
-	long := "ValidatingAdmissionPolicy 'p' denied request: expression '" + strings.Repeat("x", 3000) + "' resulted in error: the reason"
-	got := elide(long, maxNote)
-	if len(got) > maxNote || !strings.HasPrefix(got, "ValidatingAdmissionPolicy 'p'") || !strings.HasSuffix(got, "the reason") {
-		t.Errorf("elide() = %d bytes %q...; want at most %d, with the policy's name and the reason", len(got), got[:40], maxNote)
-	}
-	if got := elide("short", maxNote); got != "short" {
-		t.Errorf("elide(short) = %q", got)
 	}
 }
 

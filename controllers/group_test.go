@@ -4,7 +4,6 @@
 package controllers
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -20,91 +19,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
-
-// The two groups' taints in the group tests: a disk and a file driver's.
-var (
-	diskTaint = corev1.Taint{Key: "disk.example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
-	fileTaint = corev1.Taint{Key: "file.example.com/agent-not-ready", Effect: corev1.TaintEffectNoSchedule}
-)
-
-// groupsTest drives a reconciler with two groups, disk and file, each with a gate the test flips.
-type groupsTest struct {
-	*episodeTest
-	disk, file *flipGate
-	patches    int
-}
-
-func newGroupsTest(t *testing.T, patch func(client.Object, client.Patch) error) *groupsTest {
-	t.Helper()
-	g := &groupsTest{disk: &flipGate{err: errNotReady}, file: &flipGate{err: errNotReady}}
-	g.episodeTest = newEpisodeTest(t, testNode("uid-g", diskTaint, foreign, fileTaint), interceptor.Funcs{
-		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-			g.patches++
-			if patch != nil {
-				if err := patch(obj, p); err != nil {
-					return err
-				}
-			}
-			return cl.Patch(ctx, obj, p, opts...)
-		},
-	})
-	g.set(func(r *NodeReconciler) {
-		r.Groups = []Group{
-			{Name: "disk", Taints: []startuptaint.TaintSpec{{Key: diskTaint.Key}}, Gates: []gates.Gate{g.disk}},
-			{Name: "file", Taints: []startuptaint.TaintSpec{{Key: fileTaint.Key}}, Gates: []gates.Gate{g.file}},
-		}
-	})
-	return g
-}
-
-// flip sets both gates' results and probes them.
-func (g *groupsTest) flip(disk, file bool) {
-	for gate, ready := range map[*flipGate]bool{g.disk: disk, g.file: file} {
-		gate.err = nil
-		if !ready {
-			gate.err = errNotReady
-		}
-	}
-	probe(g.r)
-}
-
-func TestEachGroupsTaintGoesWhenItsOwnGatesPass(t *testing.T) {
-	g := newGroupsTest(t, nil)
-	g.reconcile()
-	expectEvents(t, g.events(),
-		"Normal WaitingForAgent Holding startup taints: flip gate of group disk: driver reports not ready",
-		"Normal WaitingForAgent Holding startup taints: flip gate of group file: driver reports not ready")
-	g.flip(false, true)
-	// Read as 0 before it is set, so only a 1 shows the label is the group's.
-	if got := testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/flip")); got != 1 {
-		t.Fatalf(`startup_taint_gate_ready{gate="file/flip"} = %v, want 1`, got)
-	}
-	g.reconcile()
-	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{diskTaint, foreign}) {
-		t.Fatalf("taints %v: want only the file group's gone", got)
-	}
-	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [file.example.com/agent-not-ready:NoSchedule]")
-
-	g.flip(true, true)
-	g.reconcile()
-	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
-		t.Fatalf("taints %v: want the disk group's gone too", got)
-	}
-	expectEvents(t, g.events(), "Normal TaintRemoved Removed startup taints [disk.example.com/agent-not-ready:NoExecute]")
-	if got := g.node().Annotations[startuptaint.RemovedAnnotation]; got != fileTaint.Key+","+diskTaint.Key {
-		t.Fatalf("%s = %q, want both groups' taints, in the order they went", startuptaint.RemovedAnnotation, got)
-	}
-	if g.patches != 2 {
-		t.Fatalf("%d patches, want one per removal", g.patches)
-	}
-}
 
 func TestEachGroupsFirstRemovalIsCountedOnceWhateverTheOthersDid(t *testing.T) {
 	count, _ := histogram(t, metrics.Default().RemovalSeconds)

@@ -92,6 +92,11 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(ContainElement(diskTaint)) }, "1s").WithContext(ctx).Should(Succeed())
 		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("disk/csi"))).To(Equal(0.0))
 		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/csinode"))).To(Equal(1.0))
+		Eventually(func(g Gomega) []string {
+			notes, err := expectations.EventNotes(ctx, k8sClient, nodeName, startuptaint.EventReasonWaitingForDriver)
+			g.Expect(err).NotTo(HaveOccurred())
+			return notes
+		}).WithContext(ctx).Should(ContainElement(HavePrefix("Holding startup taints: csi gate of group disk: ")), "each group's wait names its group")
 
 		By("the disk driver turning ready, then kubelet registering it")
 		diskDriver.SetReadiness(fakecsi.Ready)

@@ -4,7 +4,6 @@
 package controllers_test
 
 import (
-	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
@@ -24,33 +21,6 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
-
-// nodeEvents returns the reasons of the events recorded on the node, in order of creation.
-func nodeEvents(g Gomega, ctx context.Context, nodeName string) []string {
-	list := &eventsv1.EventList{}
-	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-	var reasons []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == nodeName {
-			reasons = append(reasons, e.Reason)
-		}
-	}
-	return reasons
-}
-
-// eventOccurrences counts the events recorded on the node with reason (any when empty), each
-// series by its count.
-func eventOccurrences(g Gomega, ctx context.Context, nodeName, reason string) int {
-	n, err := expectations.EventCount(ctx, k8sClient, nodeName, reason)
-	g.Expect(err).NotTo(HaveOccurred())
-	return n
-}
-
-func readdTaint(ctx context.Context, nodeName string, t corev1.Taint) {
-	ExpectWithOffset(1, expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
-		node.Spec.Taints = append(node.Spec.Taints, t)
-	})).To(Succeed())
-}
 
 var _ = Describe("Observability", func() {
 	var nodeName string

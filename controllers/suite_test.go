@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
@@ -157,4 +159,51 @@ func nodeTaints(g Gomega, ctx context.Context, name string) []corev1.Taint {
 // hasTaintKey matches a taint list that holds a taint with key.
 func hasTaintKey(key string) OmegaMatcher {
 	return ContainElement(HaveField("Key", key))
+}
+
+// nodeEvents returns the reasons of the events recorded on the node, in order of creation.
+func nodeEvents(g Gomega, ctx context.Context, nodeName string) []string {
+	list := &eventsv1.EventList{}
+	g.Expect(k8sClient.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == nodeName {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// eventOccurrences counts the events recorded on the node with reason (any when empty), each
+// series by its count.
+func eventOccurrences(g Gomega, ctx context.Context, nodeName, reason string) int {
+	n, err := expectations.EventCount(ctx, k8sClient, nodeName, reason)
+	g.Expect(err).NotTo(HaveOccurred())
+	return n
+}
+
+func readdTaint(ctx context.Context, nodeName string, t corev1.Taint) {
+	ExpectWithOffset(1, expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+		node.Spec.Taints = append(node.Spec.Taints, t)
+	})).To(Succeed())
+}
+
+// reconciles is how many reconciles the controllers named startup-taint have finished.
+func reconciles() float64 {
+	families, err := crmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "startup-taint" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }
