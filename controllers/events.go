@@ -36,7 +36,7 @@ func (r *NodeReconciler) report(ctx context.Context, node *corev1.Node, p *plan)
 	case p.retaint != nil && p.err != nil:
 		r.reportRetaintFailure(*p.retaint, p.err)
 	case p.retainted:
-		r.reportRetaint(ctx, node, *p.retaint, p.cause, p.v)
+		r.reportRetaint(ctx, node, *p.retaint, p.cause, p.told)
 	case p.recordBoot && refused(p.err):
 		// An install's policy from before the boot record refuses it; the removal's own
 		// confinement check reports that (RemovalRefused).
@@ -71,7 +71,7 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 	if p.csiDriverRead {
 		r.reportCSIDriver(ctx, p.csiDriver)
 	}
-	r.reportObservation(ctx, node, p.specs, p.g.startupSpecs(), p.obs)
+	r.reportObservation(ctx, node, p.specs, p.startup, p.obs)
 	if p.waiting {
 		r.reportWaiting(ctx, node, p.v.notReady, p.firstWait)
 	}
@@ -79,7 +79,7 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 		r.reportWouldRemove(ctx, node, p.obs.held, startuptaint.SpecsSelecting(p.obs.held, p.specs), p.v.notReady)
 	}
 	if p.wouldRetaint {
-		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.v)
+		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.told)
 	}
 }
 
@@ -185,16 +185,12 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 
 // reportRetaint reports a startup taint put back, for cause: the counter, an event and a log line.
 func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause startuptaint.Cause,
-	v verdict) {
+	t told) {
 	row := startuptaint.PutBackOf(cause)
-	why, until, details := ruleOf(cause).tell(r, node, v)
-	if why == "" {
-		why = row.Why
-	}
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), row.Result).Inc()
-	log.FromContext(ctx).Info("put a startup taint back: "+row.Why, append([]any{"taint", spec.String()}, details...)...)
+	log.FromContext(ctx).Info("put a startup taint back: "+row.Why, append([]any{"taint", spec.String()}, t.details...)...)
 	r.wired.recorder.Eventf(node, nil, row.EventType, startuptaint.EventReasonTaintAddedBack, row.Action,
-		"Put startup taint %s back: %s; it comes off %s", spec, why, until)
+		"Put startup taint %s back: %s; it comes off %s", spec, t.why, t.until)
 }
 
 // reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
@@ -206,16 +202,11 @@ func (r *NodeReconciler) reportRetaintFailure(spec startuptaint.TaintSpec, err e
 // reportWouldRetaint reports the taint a dry run would have put back, for cause: the counter, an
 // event and a log line.
 func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec,
-	cause startuptaint.Cause, v verdict) {
-	row := startuptaint.PutBackOf(cause)
-	why, _, details := ruleOf(cause).tell(r, node, v)
-	if why == "" {
-		why = row.Why
-	}
+	cause startuptaint.Cause, t told) {
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
-	log.FromContext(ctx).Info("dry run: would put a startup taint back", append([]any{"taint", spec.String()}, details...)...)
-	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldAddTaint, row.Action,
-		"Dry run: would put startup taint %s back now: %s", spec, why)
+	log.FromContext(ctx).Info("dry run: would put a startup taint back", append([]any{"taint", spec.String()}, t.details...)...)
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonWouldAddTaint, startuptaint.PutBackOf(cause).Action,
+		"Dry run: would put startup taint %s back now: %s", spec, t.why)
 }
 
 // reportCondition reports a write of the Node condition: the counter, and a log line when it

@@ -4,7 +4,6 @@
 package controllers
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
@@ -195,12 +193,4 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 // anyGroup reports whether has holds for any of the built groups.
 func (r *NodeReconciler) anyGroup(has func(*group) bool) bool {
 	return slices.ContainsFunc(r.running, has)
-}
-
-// logContext adds the group's name to the logger in ctx, when it has one.
-func (g *group) logContext(ctx context.Context) context.Context {
-	if g.Name == "" {
-		return ctx
-	}
-	return log.IntoContext(ctx, log.FromContext(ctx).WithValues("group", g.Name))
 }

@@ -37,7 +37,7 @@ func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Nod
 		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
 		return nil
 	}
-	p := &plan{g: g, specs: specs, now: now, putsBack: putsBack, bootedAgain: g.bootedAgain(node)}
+	p := &plan{g: g, specs: specs, startup: g.startupSpecs(), now: now, putsBack: putsBack, bootedAgain: g.bootedAgain(node)}
 	p.obs = g.state.observe(node, specs, g.retaintKey(putsBack), now)
 	p.csiDriver, p.csiDriverRead = r.readCSIDriver(ctx, g)
 	return p
@@ -182,15 +182,6 @@ func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, r
 		s.heldSince = now
 	}
 	return obs
-}
-
-// endEpisode forgets the episode: the next taint starts a new one, with its own wait reports and
-// failure backoff.
-func (s *nodeState) endEpisode() {
-	s.heldSince = time.Time{}
-	clear(s.waitEvents)
-	s.failure, s.retryAfter = "", 0
-	s.wouldRemove = false
 }
 
 // removedSpecs reads startuptaint.RemovedAnnotation.

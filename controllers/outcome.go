@@ -71,6 +71,15 @@ func (p *plan) putBackWritten() bool {
 	return p.orig != nil && len(startuptaint.MatchingTaints(p.orig.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0
 }
 
+// endEpisode forgets the episode: the next taint starts a new one, with its own wait reports and
+// failure backoff.
+func (s *nodeState) endEpisode() {
+	s.heldSince = time.Time{}
+	clear(s.waitEvents)
+	s.failure, s.retryAfter = "", 0
+	s.wouldRemove = false
+}
+
 // removal is what a successful removal reports.
 type removal struct {
 	taints []string // the removed taints, as KEY[=VALUE]:EFFECT

@@ -47,9 +47,8 @@ type putBackRule struct {
 	// changed, when set, reports whether a Node update changed what holds reads, so that the
 	// update causes a reconcile (nodeChanged).
 	changed func(oldNode, newNode *corev1.Node) bool
-	// tell is the event note's reason (the cause's Why when empty) and when the taint comes off,
-	// and the log line's details.
-	tell func(r *NodeReconciler, node *corev1.Node, v verdict) (why, until string, details []any)
+	// tell is what the event and the log line say beyond the cause's row.
+	tell func(r *NodeReconciler, node *corev1.Node, v verdict) told
 }
 
 // putBackRules are tried in this order.
@@ -123,22 +122,39 @@ func gateFailingRule(r *NodeReconciler, _ *corev1.Node, p *plan) bool {
 	return true
 }
 
+// told is what a taint put back is reported with beyond its cause's row: why it went back (the
+// row's Why when empty), when it comes off, and the log line's details.
+type told struct {
+	why, until string
+	details    []any
+}
+
 // staticTell tells a cause whose note is its Why, and when the taint comes off.
-func staticTell(until string) func(*NodeReconciler, *corev1.Node, verdict) (string, string, []any) {
-	return func(*NodeReconciler, *corev1.Node, verdict) (string, string, []any) { return "", until, nil }
+func staticTell(until string) func(*NodeReconciler, *corev1.Node, verdict) told {
+	return func(*NodeReconciler, *corev1.Node, verdict) told { return told{until: until} }
 }
 
-func rebootTell(_ *NodeReconciler, node *corev1.Node, v verdict) (why, until string, details []any) {
+func rebootTell(_ *NodeReconciler, node *corev1.Node, v verdict) told {
 	boot := node.Status.NodeInfo.BootID
-	return fmt.Sprintf("the node rebooted (boot %s): %s", boot, v.notReady.Error()), "once every gate passes",
-		[]any{"bootID", boot, "gate", v.notReady.gate, "reason", v.notReady.reason}
+	return told{why: fmt.Sprintf("the node rebooted (boot %s): %s", boot, v.notReady.Error()), until: "once every gate passes",
+		details: []any{"bootID", boot, "gate", v.notReady.gate, "reason", v.notReady.reason}}
 }
 
-func gateFailingTell(r *NodeReconciler, _ *corev1.Node, v verdict) (why, until string, details []any) {
+func gateFailingTell(r *NodeReconciler, _ *corev1.Node, v verdict) told {
 	failing := v.failingFor.Round(time.Millisecond)
-	return fmt.Sprintf("%s for %s", v.notReady.Error(), failing.Round(time.Second)),
-		fmt.Sprintf("once every gate has passed for %s", r.RetaintAfter),
-		[]any{"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String()}
+	return told{why: fmt.Sprintf("%s for %s", v.notReady.Error(), failing.Round(time.Second)),
+		until:   fmt.Sprintf("once every gate has passed for %s", r.RetaintAfter),
+		details: []any{"gate", v.notReady.gate, "reason", v.notReady.reason, "failingFor", failing.String()}}
+}
+
+// tell is what a taint put back for cause is reported with, from the Node and the verdict that
+// put it back.
+func (r *NodeReconciler) tell(node *corev1.Node, cause startuptaint.Cause, v verdict) told {
+	t := ruleOf(cause).tell(r, node, v)
+	if t.why == "" {
+		t.why = startuptaint.PutBackOf(cause).Why
+	}
+	return t
 }
 
 // planPutBack decides, for a group none of whose startup taints is on the Node, whether a cause
@@ -148,7 +164,7 @@ func gateFailingTell(r *NodeReconciler, _ *corev1.Node, v verdict) (why, until s
 func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 	for _, rule := range putBackRules {
 		if rule.when&atReconcile != 0 && rule.holds(r, node, p) {
-			r.putBack(p, rule.cause)
+			r.putBack(node, p, rule.cause)
 			return
 		}
 	}
@@ -193,8 +209,8 @@ func (r *NodeReconciler) causeAtStop(node *corev1.Node, p *plan) (startuptaint.C
 }
 
 // putBack plans the group's taint back for cause; a dry run only says it would, once per episode.
-func (r *NodeReconciler) putBack(p *plan, cause startuptaint.Cause) {
-	p.cause = cause
+func (r *NodeReconciler) putBack(node *corev1.Node, p *plan, cause startuptaint.Cause) {
+	p.cause, p.told = cause, r.tell(node, cause, p.v)
 	if r.DryRun {
 		p.wouldRetaint = p.g.state.firstWouldRetaint()
 		return

@@ -81,11 +81,12 @@ type plan struct {
 	// now is when the reconcile began: the one time its observations and decisions are made at.
 	now time.Time
 
-	// observe: the group's taints (specs), what the Node carries of them (obs), whether the taint
-	// an agent puts back is the agent's to remove (putsBack), whether the Node booted again since
-	// the group's gates last passed (bootedAgain), and the group's CSIDriver when this reconcile
-	// read it (csiDriverRead).
+	// observe: the group's taints (specs: its startup taints as configured, and the one an agent
+	// puts back where it is the agent's to remove), what the Node carries of them (obs), whether
+	// that taint is the agent's (putsBack), whether the Node booted again since the group's gates
+	// last passed (bootedAgain), and the group's CSIDriver when this reconcile read it.
 	specs         []startuptaint.TaintSpec
+	startup       []startuptaint.TaintSpec
 	obs           observation
 	putsBack      bool
 	bootedAgain   bool
@@ -98,13 +99,14 @@ type plan struct {
 	v        verdict
 
 	// decide: remove is set when the group's startup taints go now; forced, when MaxWait forces
-	// them. retaint is the taint put back now, and cause why (putback.go). recordBoot is set when
+	// them. retaint is the taint put back now, cause why and told what to say (putback.go). recordBoot is set when
 	// the boot record alone is brought up to this boot (putback.go). requeue is when to reconcile
 	// again for this group, when nothing is written.
 	remove     bool
 	forced     bool
 	retaint    *startuptaint.TaintSpec
 	cause      startuptaint.Cause
+	told       told
 	recordBoot bool
 	requeue    time.Duration
 	// What decide found to say: the wait for notReady (firstWait: the first in this episode for its
@@ -131,3 +133,11 @@ type plan struct {
 
 // changes reports whether the plan writes to the Node.
 func (p *plan) changes() bool { return p.remove || p.retaint != nil || p.recordBoot }
+
+// logContext adds the group's name to the logger in ctx, when it has one.
+func (g *group) logContext(ctx context.Context) context.Context {
+	if g.Name == "" {
+		return ctx
+	}
+	return log.IntoContext(ctx, log.FromContext(ctx).WithValues("group", g.Name))
+}

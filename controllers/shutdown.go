@@ -67,7 +67,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 			continue
 		}
 		back := startuptaint.RetaintSpec(specs)
-		p.retaint, p.cause = &back, cause
+		p.retaint, p.cause, p.told = &back, cause, r.tell(node, cause, verdict{})
 		plans = append(plans, p)
 	}
 	r.write(ctx, node, plans)
@@ -77,7 +77,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 			r.reportRetaintFailure(*p.retaint, p.err)
 			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.retaint.String(), "error", p.err.Error())
 		case p.putBackWritten():
-			r.reportRetaint(ctx, node, *p.retaint, p.cause, verdict{})
+			r.reportRetaint(ctx, node, *p.retaint, p.cause, p.told)
 		}
 	}
 }
