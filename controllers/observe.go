@@ -6,7 +6,6 @@ package controllers
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +86,7 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 	if len(specs) == 0 {
 		return false
 	}
-	_, recorded := recordedBoot(node, startuptaint.RetaintSpec(specs).Key)
+	_, recorded := startuptaint.RecordedBoot(node, startuptaint.RetaintSpec(specs).Key)
 	return r.RetaintAfter > 0 || recorded
 }
 
@@ -155,7 +154,7 @@ func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, r
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
 			readded: map[string]bool{}, waitEvents: map[string]bool{}}
 	}
-	for _, removed := range removedSpecs(node) {
+	for _, removed := range startuptaint.RemovedRecord(node) {
 		if slices.ContainsFunc(specs, func(spec startuptaint.TaintSpec) bool { return spec.String() == removed }) {
 			s.removedBefore[removed] = true
 		}
@@ -184,47 +183,10 @@ func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, r
 	return obs
 }
 
-// removedSpecs reads startuptaint.RemovedAnnotation.
-func removedSpecs(node *corev1.Node) []string {
-	v := node.Annotations[startuptaint.RemovedAnnotation]
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
-
-// bootEntries returns startuptaint.BootAnnotation's entries as written, nil when the Node has none.
-func bootEntries(n *corev1.Node) []string {
-	v, ok := n.Annotations[startuptaint.BootAnnotation]
-	if !ok {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
-
-// bootEntry splits an entry as the admission policy does: KEY=BOOTID, or no entry of a key.
-func bootEntry(e string) (key, boot string, ok bool) {
-	parts := strings.Split(e, "=")
-	if len(parts) != 2 {
-		return "", "", false
-	}
-	return parts[0], parts[1], true
-}
-
-// recordedBoot returns the boot ID recorded for key, and whether there is one.
-func recordedBoot(n *corev1.Node, key string) (string, bool) {
-	for _, e := range bootEntries(n) {
-		if k, boot, ok := bootEntry(e); ok && k == key {
-			return boot, true
-		}
-	}
-	return "", false
-}
-
 // rebooted reports whether the Node booted again since key's boot was recorded.
 func rebooted(n *corev1.Node, key string) bool {
 	boot := n.Status.NodeInfo.BootID
-	recorded, ok := recordedBoot(n, key)
+	recorded, ok := startuptaint.RecordedBoot(n, key)
 	return boot != "" && ok && recorded != boot
 }
 

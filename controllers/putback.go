@@ -181,9 +181,9 @@ func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
 	if boot == "" {
 		return false
 	}
-	removed := removedSpecs(n)
-	for _, key := range specKeys(specs) {
-		recorded, ok := recordedBoot(n, key)
+	removed := startuptaint.RemovedRecord(n)
+	for _, key := range startuptaint.SpecKeys(specs) {
+		recorded, ok := startuptaint.RecordedBoot(n, key)
 		if ok && recorded != boot || !ok && slices.ContainsFunc(removed, func(s string) bool { return strings.Split(s, ":")[0] == key }) {
 			return true
 		}

@@ -131,7 +131,7 @@ func (p *plan) apply(n *corev1.Node) {
 	case p.remove:
 		removeTaints(n, p.specs)
 	case p.recordBoot:
-		recordBoot(n, specKeys(p.specs))
+		recordBoot(n, startuptaint.SpecKeys(p.specs))
 	}
 }
 
@@ -149,7 +149,7 @@ func removeTaints(n *corev1.Node, specs []startuptaint.TaintSpec) {
 		n.Annotations = map[string]string{}
 	}
 	n.Annotations[startuptaint.RemovedAnnotation] = withRemoved(n, selecting)
-	recordBoot(n, specKeys(specs))
+	recordBoot(n, startuptaint.SpecKeys(specs))
 	n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, specs)
 }
 
@@ -157,7 +157,7 @@ func removeTaints(n *corev1.Node, specs []startuptaint.TaintSpec) {
 // appended, each once. The value is only ever appended to: the admission policy checks an addition
 // by its prefix, at a cost that does not grow with what other writers put before it.
 func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
-	all := removedSpecs(node)
+	all := startuptaint.RemovedRecord(node)
 	value := node.Annotations[startuptaint.RemovedAnnotation]
 	for _, spec := range specs {
 		s := spec.String()
@@ -173,17 +173,6 @@ func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
 	return value
 }
 
-// specKeys are the distinct keys of specs, in order.
-func specKeys(specs []startuptaint.TaintSpec) []string {
-	keys := make([]string, 0, len(specs))
-	for _, s := range specs {
-		if !slices.Contains(keys, s.Key) {
-			keys = append(keys, s.Key)
-		}
-	}
-	return keys
-}
-
 // recordBoot sets the entries of keys in n's boot record to its boot ID, leaving every other
 // entry as it was and where it was; it does nothing while the Node reports no boot ID.
 func recordBoot(n *corev1.Node, keys []string) {
@@ -191,11 +180,11 @@ func recordBoot(n *corev1.Node, keys []string) {
 	if boot == "" {
 		return
 	}
-	entries := bootEntries(n)
+	entries := startuptaint.BootRecord(n)
 	for _, key := range keys {
 		found := false
 		for i, e := range entries {
-			if k, _, ok := bootEntry(e); ok && k == key {
+			if k, _, ok := startuptaint.BootEntry(e); ok && k == key {
 				entries[i], found = key+"="+boot, true
 			}
 		}

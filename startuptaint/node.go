@@ -3,6 +3,12 @@
 
 package startuptaint
 
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
 // What the agent writes on its Node, and what it reads there of kubelet's.
 
 // RemovedAnnotation lists, comma-separated and in order, the startup taints (KEY[:EFFECT]) agents
@@ -27,3 +33,41 @@ const ConfinementProbeLabel = "startup-taint-remover.github.io/confinement-check
 
 // NodeShuttingDownMessage is what kubelet's Ready condition says while it shuts the node down.
 const NodeShuttingDownMessage = "node is shutting down"
+
+// RemovedRecord reads RemovedAnnotation: the startup taints agents have removed, nil when none.
+func RemovedRecord(node *corev1.Node) []string {
+	v := node.Annotations[RemovedAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// BootRecord returns BootAnnotation's entries as written, nil when the Node has none.
+func BootRecord(n *corev1.Node) []string {
+	v, ok := n.Annotations[BootAnnotation]
+	if !ok {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// BootEntry splits an entry of the boot record as the admission policy does: KEY=BOOTID, or no
+// entry of a key.
+func BootEntry(e string) (key, boot string, ok bool) {
+	parts := strings.Split(e, "=")
+	if len(parts) != 2 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// RecordedBoot returns the boot ID the boot record holds for key, and whether it holds one.
+func RecordedBoot(n *corev1.Node, key string) (string, bool) {
+	for _, e := range BootRecord(n) {
+		if k, boot, ok := BootEntry(e); ok && k == key {
+			return boot, true
+		}
+	}
+	return "", false
+}

@@ -10,6 +10,7 @@ package startuptaint
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -144,4 +145,15 @@ func SpecStrings(specs []TaintSpec) []string {
 		out[i] = s.String()
 	}
 	return out
+}
+
+// SpecKeys are the distinct keys of specs, in order.
+func SpecKeys(specs []TaintSpec) []string {
+	keys := make([]string, 0, len(specs))
+	for _, s := range specs {
+		if !slices.Contains(keys, s.Key) {
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
 }

@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
 // States of a startup taint on a Node.
@@ -146,7 +147,7 @@ func eventTime(e corev1.Event) time.Time {
 
 // nodeRows are the rows of one Node.
 func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool) []Row {
-	removed := strings.Split(node.Annotations[startuptaint.RemovedAnnotation], ",")
+	removed := startuptaint.RemovedRecord(node)
 	gate, detail := holdingGate(node, events)
 	if gate == "" && detail == "" && len(events) == 0 {
 		detail = noReport
