@@ -135,7 +135,7 @@ func (g *NodeAgentsGate) CacheEntry() (client.Object, cache.ByObject) {
 func (g *NodeAgentsGate) Watches(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
 	daemon := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*corev1.Pod)
-		return ok && pod.Spec.NodeName == g.node && daemonSetOf(pod) != ""
+		return ok && pod.Spec.NodeName == g.node && daemonSetRef(pod) != nil
 	})
 	return &corev1.Pod{}, toNode, []predicate.Predicate{daemon}
 }
@@ -184,12 +184,12 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 // DaemonSets that hold it by reason, or nil.
 func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
 	serving func() ([]Plugin, error)) error {
-	own := g.ownDaemonSet(pods)
+	self := g.selfPod(pods)
 	waiting := map[string][]string{}
 	var reasons []string
 	for i := range daemons {
 		ds := &daemons[i]
-		if ds.UID == own || !g.counts(ds, node) {
+		if self != nil && controlledBy(self, ds) || !g.counts(ds, node) {
 			continue
 		}
 		pod := podOf(ds, pods)
@@ -271,8 +271,7 @@ func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, p
 	defer g.mu.Unlock()
 	fresh := !g.listedAt.IsZero() && g.clock.Since(g.listedAt) <= maxAge
 	if fresh && !slices.ContainsFunc(pods, func(p corev1.Pod) bool {
-		uid := daemonSetOf(&p)
-		return uid != "" && !slices.ContainsFunc(g.listed, func(ds appsv1.DaemonSet) bool { return ds.UID == uid })
+		return daemonSetRef(&p) != nil && !slices.ContainsFunc(g.listed, func(ds appsv1.DaemonSet) bool { return controlledBy(&p, &ds) })
 	}) {
 		return g.listed, nil
 	}
@@ -303,22 +302,32 @@ func (g *NodeAgentsGate) listAge() time.Duration {
 	return g.clock.Since(g.listedAt)
 }
 
-// ownDaemonSet is the UID of the DaemonSet of the agent's own pod, when it is among pods.
-func (g *NodeAgentsGate) ownDaemonSet(pods []corev1.Pod) types.UID {
+// selfPod is the agent's own pod, when it is among pods.
+func (g *NodeAgentsGate) selfPod(pods []corev1.Pod) *corev1.Pod {
 	for i := range pods {
 		if pods[i].Namespace == g.self.Namespace && pods[i].Name == g.self.Name {
-			return daemonSetOf(&pods[i])
+			return &pods[i]
 		}
 	}
-	return ""
+	return nil
 }
 
-// daemonSetOf is the UID of the DaemonSet that controls pod, or "".
-func daemonSetOf(pod *corev1.Pod) types.UID {
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
-		return ref.UID
+// daemonSetRef is pod's controller reference when it names a DaemonSet (apps), or nil.
+func daemonSetRef(pod *corev1.Pod) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "DaemonSet" || !strings.HasPrefix(ref.APIVersion, appsv1.GroupName+"/") {
+		return nil
 	}
-	return ""
+	return ref
+}
+
+// controlledBy reports whether ds controls pod: its controller reference names ds by name and
+// UID, and the pod is in ds's namespace, where an owner must be. Anyone who may create a pod can
+// write any UID into its reference, so a UID alone would let a pod in another namespace pass
+// for a node agent's.
+func controlledBy(pod *corev1.Pod, ds *appsv1.DaemonSet) bool {
+	ref := daemonSetRef(pod)
+	return ref != nil && pod.Namespace == ds.Namespace && ref.Name == ds.Name && ref.UID == ds.UID
 }
 
 // podOf returns the pod of ds among pods, or nil: a Ready one that is not being deleted first,
@@ -337,7 +346,7 @@ func podOf(ds *appsv1.DaemonSet, pods []corev1.Pod) *corev1.Pod {
 	}
 	for i := range pods {
 		p := &pods[i]
-		if daemonSetOf(p) != ds.UID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !controlledBy(p, ds) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if found == nil || rank(p) > rank(found) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -58,5 +59,29 @@ func TestTheNodeAgentsGateCountsADaemonSetAddedWhileTheNodeWaits(t *testing.T) {
 	// A pod of a DaemonSet the list lacks lists again, however fresh the list.
 	if got := check(); !strings.Contains(got, "kube-system/dns") {
 		t.Fatalf("after a pod of a new DaemonSet showed: %q, want it named", got)
+	}
+}
+
+// A tenant who may only create pods binds one to the node, Ready, with a controller reference that
+// names a node agent's DaemonSet by name and UID, from its own namespace: it does not pass for the
+// agent's pod, which is not Ready.
+func TestAPodOfAnotherNamespaceNeverPassesForANodeAgentsPod(t *testing.T) {
+	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
+	cni := daemonSet("cni")
+	forged := daemonPodOn(cni, "n1", true)
+	forged.Namespace, forged.Name, forged.UID = "tenant", "forged", "forged-uid"
+	wrongKind := daemonPodOn(cni, "n1", true)
+	wrongKind.Name, wrongKind.UID = "wrong-kind", "wrong-kind-uid"
+	wrongKind.OwnerReferences[0].APIVersion = "example.com/v1"
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cni, forged, wrongKind, daemonPodOn(cni, "n1", false)).Build()
+	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clocktesting.NewFakePassiveClock(time.Now())})
+	pods := &corev1.PodList{}
+	if err := c.List(context.Background(), pods); err != nil {
+		t.Fatal(err)
+	}
+	err := g.check(node, []appsv1.DaemonSet{*cni}, pods.Items, nil)
+	if err == nil || Reason(err) != ReasonDaemonPodNotReady || !strings.Contains(err.Error(), "kube-system/cni") {
+		t.Fatalf("check() = %v, want kube-system/cni held as %s", err, ReasonDaemonPodNotReady)
 	}
 }

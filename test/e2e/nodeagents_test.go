@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
@@ -175,6 +176,38 @@ var _ = Describe("every node agent, no configuration, with the real DaemonSet co
 		Entry("every node agent, no configuration: and kubelet lists the driver; no mount fails", false),
 		Entry("pod readiness only, as a central controller decides: the mounts of pods that land before the driver is registered fail", true),
 	)
+
+	// A tenant who may only create pods, in its own namespace, binds a Ready pod to the node whose
+	// controller reference names a node agent's DaemonSet by name and UID.
+	It("is not released by a pod of another namespace that names a node agent's DaemonSet as its controller", func(ctx SpecContext) {
+		const node, tenant = "e2e-agents-forged", "e2e-agents-tenant"
+		victim := createAgent(ctx, workload.Agent(agentsNamespace, "victim", &agentsTaint, true))
+		startAgentsNode(ctx, node, 0)
+		held := hasTaint(ctx, k8sClient, node, agentsTaint.Key)
+		Eventually(agentPodState(ctx, victim, node), time.Minute).Should(Equal("not Ready"))
+
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}))).To(Succeed())
+		forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: tenant,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: victim.Name, UID: victim.UID,
+				Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app"}}}}
+		Expect(k8sClient.Create(ctx, forged)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, forged))).To(Succeed()) })
+		Eventually(func(g Gomega) corev1.ConditionStatus {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(forged), forged)).To(Succeed())
+			for _, c := range forged.Status.Conditions {
+				if c.Type == corev1.PodReady {
+					return c.Status
+				}
+			}
+			return corev1.ConditionUnknown
+		}, time.Minute).Should(Equal(corev1.ConditionTrue), "kubelet runs the tenant's pod")
+		Consistently(held, "3s", "100ms").Should(BeTrue(), "held while the DaemonSet's own pod is not Ready")
+		Expect(waitingNotes(ctx, node)(Default)).To(ContainSubstring(agentsNamespace + "/victim"))
+
+		Expect(workload.SetAgentReady(ctx, k8sClient, victim, node)).To(Succeed())
+		Eventually(held, 30*time.Second, 10*time.Millisecond).Should(BeFalse(), "released once the DaemonSet's own pod is Ready")
+	})
 
 	It("with --max-wait, lets pods in at the deadline, and its event names the DaemonSet that never became Ready", func(ctx SpecContext) {
 		const node = "e2e-agents-max-wait"
