@@ -185,7 +185,7 @@ func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, r
 
 // rebooted reports whether the Node booted again since key's boot was recorded.
 func rebooted(n *corev1.Node, key string) bool {
-	boot := n.Status.NodeInfo.BootID
+	boot := startuptaint.BootID(n)
 	recorded, ok := startuptaint.RecordedBoot(n, key)
 	return boot != "" && ok && recorded != boot
 }

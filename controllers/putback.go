@@ -177,7 +177,7 @@ func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 // an entry of theirs is from another boot, or one is missing while the Node's removed record says
 // the taint was removed once (by an agent from before the boot record, or its entry was lost).
 func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
-	boot := n.Status.NodeInfo.BootID
+	boot := startuptaint.BootID(n)
 	if boot == "" {
 		return false
 	}

@@ -359,3 +359,28 @@ func TestDryRunReportsTheRetaintOncePerOutageAndNeverPatches(t *testing.T) {
 		t.Fatalf(`startup_taint_retaints_total{result="dry_run"} rose by %v, want 2 (one per outage)`, got)
 	}
 }
+
+// A boot ID with a "," or "=" would split the boot record's entries, and the admission policy would
+// refuse every removal that records it: the agent neither records nor reads such a boot.
+func TestABootIDTheRecordCannotHoldNeitherBlocksTheRemovalNorPutsTheTaintBack(t *testing.T) {
+	node := testNode("uid-b6", startup, foreign)
+	node.Status.NodeInfo.BootID = "boot=2,x"
+	e := newEpisodeTest(t, node)
+	e.ready(true)
+	e.reconcile()
+	if got := e.node(); !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
+		t.Fatalf("taints %v, boot record %q: want the taint gone and no boot recorded", got.Spec.Taints, got.Annotations[startuptaint.BootAnnotation])
+	}
+
+	// A record from an earlier boot does not make the odd boot read as a reboot.
+	n := e.node()
+	n.Annotations[startuptaint.BootAnnotation] = startup.Key + "=boot-1"
+	if err := e.c.Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	e.ready(false)
+	e.reconcile()
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v: an odd boot ID read as a reboot", got)
+	}
+}

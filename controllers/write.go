@@ -176,7 +176,7 @@ func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
 // recordBoot sets the entries of keys in n's boot record to its boot ID, leaving every other
 // entry as it was and where it was; it does nothing while the Node reports no boot ID.
 func recordBoot(n *corev1.Node, keys []string) {
-	boot := n.Status.NodeInfo.BootID
+	boot := startuptaint.BootID(n)
 	if boot == "" {
 		return
 	}

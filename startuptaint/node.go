@@ -71,3 +71,14 @@ func RecordedBoot(n *corev1.Node, key string) (string, bool) {
 	}
 	return "", false
 }
+
+// BootID is the Node's boot ID (status.nodeInfo.bootID) as the boot record can hold it: empty when
+// kubelet reports none, or one with a "," or "=", which would split the record's entries. An agent
+// neither records nor reads a boot it cannot hold, as on a Node that reports no boot ID.
+func BootID(n *corev1.Node) string {
+	boot := n.Status.NodeInfo.BootID
+	if strings.ContainsAny(boot, ",=") {
+		return ""
+	}
+	return boot
+}

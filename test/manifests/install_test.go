@@ -985,6 +985,19 @@ var _ = Describe("the rendered installs", func() {
 				}
 			})
 
+			// A boot ID with a "," or "=" splits the record's entries: an agent that recorded it would be
+			// refused every removal; it leaves the record alone instead (startuptaint.BootID).
+			It("admits the agent's removal on a Node whose boot ID the boot record cannot hold, which the agent leaves unrecorded", func(ctx SpecContext) {
+				own := newNode(ctx)
+				const odd = "boot=2,x"
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.NodeInfo.BootID = odd })).To(Succeed())
+				Expect(patchNode(ctx, asAgent(own), own, func(n *corev1.Node) {
+					removeStartup(n)
+					n.Annotations[startuptaint.BootAnnotation] = a.taints[0].Key + "=" + odd
+				})).To(MatchError(ContainSubstring(msgBootRecord)), "a removal that records that boot")
+				Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed(), "the removal that leaves the record alone")
+			})
+
 			It("lets the agent put its taint back after a reboot and while kubelet shuts the Node down, keeping its boot record its own", func(ctx SpecContext) {
 				own := newNode(ctx)
 				// kubelet reports its boot, as its status setter does; the agent removes its taints
