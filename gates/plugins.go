@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -49,6 +50,14 @@ const registryDirName = "plugins_registry"
 // getInfoTimeout bounds each GetInfo; a registration server answers at once.
 const getInfoTimeout = time.Second
 
+// A socket whose GetInfo failed is asked again only after a backoff, from firstRetry doubling to
+// maxRetry, so that one that accepts and never answers costs getInfoTimeout that often, not at every
+// check; a registrar that bound its socket before it serves is still seen within maxRetry.
+const (
+	firstRetry = time.Second
+	maxRetry   = 30 * time.Second
+)
+
 // Plugin is a plugin whose registration server in kubelet's plugins registry serves now.
 type Plugin struct {
 	csi.PluginInfo
@@ -72,9 +81,11 @@ func (p Plugin) String() string {
 // PluginRegistry reads kubelet's plugins registry as kubelet's plugin watcher does: each socket
 // in it is a plugin's registration server, which GetInfo asks for the plugin's type, name and
 // endpoint. It asks each socket once, and again only when the socket is bound anew; a socket
-// that refuses connections is one a crash left behind, and serves no plugin.
+// that refuses connections is one a crash left behind, and serves no plugin. A socket that does
+// not answer is asked again on a backoff (firstRetry to maxRetry).
 type PluginRegistry struct {
-	dir string
+	dir   string
+	clock clock.PassiveClock
 
 	mu    sync.Mutex
 	known map[string]knownSocket // by socket path
@@ -83,11 +94,14 @@ type PluginRegistry struct {
 type knownSocket struct {
 	bound time.Time // the socket's modification time: when its server bound it
 	info  csi.PluginInfo
+	// For a socket whose GetInfo failed: when to ask it again, and the backoff after that.
+	retryAt time.Time
+	backoff time.Duration
 }
 
 // NewPluginRegistry returns a reader of the plugins registry dir, as the agent sees it.
 func NewPluginRegistry(dir string) *PluginRegistry {
-	return &PluginRegistry{dir: filepath.Clean(dir), known: map[string]knownSocket{}}
+	return &PluginRegistry{dir: filepath.Clean(dir), clock: clock.RealClock{}, known: map[string]knownSocket{}}
 }
 
 // Root is kubelet's root directory, which holds the registry: plugins' endpoints are read
@@ -135,7 +149,11 @@ func (r *PluginRegistry) serving(ctx context.Context, path string) (csi.PluginIn
 	r.mu.Lock()
 	k, ok := r.known[path]
 	r.mu.Unlock()
-	if ok && k.bound.Equal(st.ModTime()) {
+	sameBind := ok && k.bound.Equal(st.ModTime())
+	if sameBind && k.backoff > 0 && r.clock.Now().Before(k.retryAt) {
+		return csi.PluginInfo{}, false // failed, and not due again yet
+	}
+	if sameBind && k.backoff == 0 {
 		// Known: only whether it still serves can have changed.
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "unix", path)
@@ -151,6 +169,13 @@ func (r *PluginRegistry) serving(ctx context.Context, path string) (csi.PluginIn
 	defer cancel()
 	info, err := c.GetInfo(callCtx)
 	if err != nil || info.Name == "" {
+		backoff := firstRetry
+		if sameBind {
+			backoff = min(2*k.backoff, maxRetry)
+		}
+		r.mu.Lock()
+		r.known[path] = knownSocket{bound: st.ModTime(), retryAt: r.clock.Now().Add(backoff), backoff: backoff}
+		r.mu.Unlock()
 		return csi.PluginInfo{}, false
 	}
 	r.mu.Lock()

@@ -5,14 +5,18 @@ package gates
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -73,5 +77,56 @@ func TestThePluginsGateWaitsUntilKubeletHasRegisteredEveryServingPlugin(t *testi
 		if got != tc.want {
 			t.Errorf("%s: reason %q, want %q (%v)", tc.name, got, tc.want, err)
 		}
+	}
+}
+
+// A socket that accepts and never answers costs a GetInfo timeout once per backoff, not at every
+// check.
+func TestASocketThatNeverAnswersIsAskedAgainOnlyOnABackoff(t *testing.T) {
+	registry, err := os.MkdirTemp("", "str-reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(registry) })
+	l, err := net.Listen("unix", filepath.Join(registry, "mute.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var accepted atomic.Int64
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	r := NewPluginRegistry(registry)
+	r.clock = clk
+	serving := func() []Plugin {
+		t.Helper()
+		plugins, err := r.Serving(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plugins
+	}
+	if got := serving(); len(got) != 0 || accepted.Load() == 0 {
+		t.Fatalf("first check: %v serving, %d connections; want none serving, after one was asked", got, accepted.Load())
+	}
+	asked := accepted.Load()
+	if got := serving(); len(got) != 0 || accepted.Load() != asked {
+		t.Fatalf("second check at once: %v serving, %d connections; want it not asked again", got, accepted.Load()-asked)
+	}
+	clk.SetTime(clk.Now().Add(firstRetry))
+	if serving(); accepted.Load() == asked {
+		t.Fatal("once the backoff passed, the socket was not asked again")
+	}
+	if k := r.known[filepath.Join(registry, "mute.sock")]; k.backoff != 2*firstRetry {
+		t.Fatalf("backoff %s after a second failure, want %s", k.backoff, 2*firstRetry)
 	}
 }
