@@ -91,9 +91,10 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 }
 
 // nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
-// time, from a startup taint appearing to its removal. Its methods are the transitions; each
-// returns what happened, and the reconciler reports it (events.go). Only the controller's single
-// worker touches it.
+// time, from a startup taint appearing to its removal. Its methods are the transitions, each in the
+// file of the stage that makes it (observe here, judge in gatecheck.go, the records of what a write
+// did in outcome.go); each returns what happened, and the reconciler reports it (events.go). Only
+// the controller's single worker touches it.
 type nodeState struct {
 	uid types.UID
 	// present is, by spec, whether it was on the node at the last observation.

@@ -29,8 +29,9 @@ import (
 // Retries take one of three ways, by what failed:
 //   - a patch that lost a race with another writer (409 Conflict) is sent again at once, read
 //     afresh from the API server, on conflictBackoff (patchTaints);
-//   - any other error is returned, and the workqueue retries it with its per-item backoff, from
-//     100 ms to MaxRetryInterval (SetupWithManager);
+//   - any other error, and a conflict that outlasts conflictBackoff, is returned, and the
+//     workqueue retries it with its per-item backoff, from 100 ms to MaxRetryInterval
+//     (SetupWithManager);
 //   - a refused patch (Forbidden, or Invalid from a policy that fails to evaluate) does not heal
 //     by itself: it is not returned but retried after a backoff of its own, from 1 s to
 //     MaxRetryInterval (nodeState.recordFailure), without a log line per attempt.
