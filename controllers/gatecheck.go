@@ -30,9 +30,8 @@ import (
 
 // check checks the plan's group's gates and records their verdict over time (nodeState.judge).
 func (r *NodeReconciler) check(ctx context.Context, node *corev1.Node, p *plan) {
-	var readySince time.Time
-	p.notReady, readySince = p.g.checkGates(ctx, r.wired.client, r.wired.reader, node, p.now, p.bootedAgain)
-	p.v = p.g.state.judge(p.notReady, readySince, p.now)
+	notReady, readySince := p.g.checkGates(ctx, r.wired.client, r.wired.reader, node, p.now, p.bootedAgain)
+	p.v = p.g.state.judge(notReady, readySince, p.now)
 }
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when

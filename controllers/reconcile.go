@@ -94,10 +94,9 @@ type plan struct {
 	csiDriver     csiDriverRead
 	csiDriverRead bool
 
-	// check: the gate that holds the group's taints, nil when every gate passes (what its Node
-	// condition says), and the verdict over time.
-	notReady *gateError
-	v        verdict
+	// check: the gates' verdict over time; its notReady is the gate that holds the group's taints,
+	// nil when every gate passes, which is also what the Node condition says.
+	v verdict
 
 	// decide: remove is set when the group's startup taints go now; forced, when MaxWait forces
 	// them. retaint is the taint put back now, cause why and told what to say (putback.go). recordBoot is set when

@@ -211,7 +211,7 @@ const ConditionReasonGatesPass = "GatesPass"
 // the condition on the Node and from the one this process wrote last. Nothing is written before
 // the gates have been probed, so a restarted agent does not report False for a moment.
 func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, p *plan) error {
-	g, notReady := p.g, p.notReady
+	g, notReady := p.g, p.v.notReady
 	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == gates.ReasonNotProbed {
 		return nil
 	}
