@@ -175,10 +175,12 @@ func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 
 // bootBehind reports whether the record should be brought up to this boot for the group's specs:
 // an entry of theirs is from another boot, or one is missing while the Node's removed record says
-// the taint was removed once (by an agent from before the boot record, or its entry was lost).
+// the taint was removed once (by an agent from before the boot record, or its entry was lost);
+// never for a record beyond startuptaint's bounds.
 func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
 	boot := startuptaint.BootID(n)
-	if boot == "" {
+	if v, ok := n.Annotations[startuptaint.BootAnnotation]; boot == "" || ok && !startuptaint.BootRecordReadable(v) {
+		// recordBoot would leave it as it is.
 		return false
 	}
 	removed := startuptaint.RemovedRecord(n)

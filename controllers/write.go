@@ -174,10 +174,12 @@ func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
 }
 
 // recordBoot sets the entries of keys in n's boot record to its boot ID, leaving every other
-// entry as it was and where it was; it does nothing while the Node reports no boot ID.
+// entry as it was and where it was. It does nothing while the Node reports no boot ID, and leaves
+// a record alone that is, or would become, beyond startuptaint's bounds: the admission policy
+// neither reads nor lets the agent change one.
 func recordBoot(n *corev1.Node, keys []string) {
 	boot := startuptaint.BootID(n)
-	if boot == "" {
+	if v, ok := n.Annotations[startuptaint.BootAnnotation]; boot == "" || ok && !startuptaint.BootRecordReadable(v) {
 		return
 	}
 	entries := startuptaint.BootRecord(n)
@@ -195,7 +197,9 @@ func recordBoot(n *corev1.Node, keys []string) {
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
 	}
-	n.Annotations[startuptaint.BootAnnotation] = strings.Join(entries, ",")
+	if record := strings.Join(entries, ","); startuptaint.BootRecordReadable(record) {
+		n.Annotations[startuptaint.BootAnnotation] = record
+	}
 }
 
 // The gates' verdict as a Node condition (ConditionType): visible in `kubectl describe node`, and

@@ -179,6 +179,49 @@ func TestWithRemovedOnlyAppends(t *testing.T) {
 	}
 }
 
+// A record beyond startuptaint's bounds is one the admission policy neither reads nor lets the
+// agent change: a removal leaves it as it is, and no reconcile plans to bring it up to date.
+func TestRecordBootLeavesARecordBeyondTheBoundsAsItIs(t *testing.T) {
+	const key = "disk.example.com/agent-not-ready"
+	spec := []startuptaint.TaintSpec{{Key: key}}
+	tests := []struct {
+		name, before, want string
+		// behind: whether a reconcile plans to bring the record up to this boot.
+		behind bool
+	}{
+		{"no record", "", key + "=boot-2", false},
+		{"another boot", "other=boot-0," + key + "=boot-1", "other=boot-0," + key + "=boot-2", true},
+		{"8 KB repeating the agent's key", strings.Repeat(key+"=boot-1,", 250), "", false},
+		{"20 KB of empty entries", strings.Repeat(",", 20000), "", false},
+		{"one its entry would make too long", strings.Repeat("x", startuptaint.MaxBootRecordLength-len(key)-len("=boot-2")), "", false},
+		{"one its entry would fill", strings.Repeat("x", startuptaint.MaxBootRecordLength-len(key)-len("=boot-2")-1),
+			strings.Repeat("x", startuptaint.MaxBootRecordLength-len(key)-len("=boot-2")-1) + "," + key + "=boot-2", false},
+		{"the most entries with room for its own", strings.Repeat(",", startuptaint.MaxBootRecordEntries-2),
+			strings.Repeat(",", startuptaint.MaxBootRecordEntries-2) + "," + key + "=boot-2", false},
+		{"too many entries for its own", strings.Repeat(",", startuptaint.MaxBootRecordEntries-1), "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-2"}}}
+			if tt.before != "" {
+				node.Annotations = map[string]string{startuptaint.BootAnnotation: tt.before}
+			}
+			behind := bootBehind(node, spec)
+			recordBoot(node, []string{key})
+			want := tt.want
+			if want == "" {
+				want = tt.before
+			}
+			if got := node.Annotations[startuptaint.BootAnnotation]; got != want {
+				t.Errorf("recordBoot: the record is %.60q..., want %.60q...", got, want)
+			}
+			if behind != tt.behind {
+				t.Errorf("bootBehind = %v, want %v", behind, tt.behind)
+			}
+		})
+	}
+}
+
 const testConditionType = "example.com/AgentReady"
 
 // countStatusPatches counts the status writes that reach the client.

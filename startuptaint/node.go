@@ -5,6 +5,7 @@ package startuptaint
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -43,10 +44,25 @@ func RemovedRecord(node *corev1.Node) []string {
 	return strings.Split(v, ",")
 }
 
-// BootRecord returns BootAnnotation's entries as written, nil when the Node has none.
+// MaxBootRecordLength and MaxBootRecordEntries bound the boot record that agents and the admission
+// policy read: any Node writer can store anything in BootAnnotation, and the policy pairs entries,
+// so a bound on both keeps its cost bounded. A record beyond them is neither read nor changed.
+const (
+	MaxBootRecordLength  = 4096
+	MaxBootRecordEntries = 64
+)
+
+// BootRecordReadable reports whether v, a value of BootAnnotation, is within MaxBootRecordLength
+// characters (as CEL counts them: code points) and MaxBootRecordEntries entries.
+func BootRecordReadable(v string) bool {
+	return utf8.RuneCountInString(v) <= MaxBootRecordLength && strings.Count(v, ",") < MaxBootRecordEntries
+}
+
+// BootRecord returns BootAnnotation's entries as written; nil when the Node has none, or one
+// beyond the bounds (see BootRecordReadable).
 func BootRecord(n *corev1.Node) []string {
 	v, ok := n.Annotations[BootAnnotation]
-	if !ok {
+	if !ok || !BootRecordReadable(v) {
 		return nil
 	}
 	return strings.Split(v, ",")

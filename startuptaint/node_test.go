@@ -5,6 +5,7 @@ package startuptaint
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,24 @@ func TestTheRecordsReadAsThePolicyReadsThem(t *testing.T) {
 	}
 	if got := BootRecord(node(map[string]string{})); got != nil {
 		t.Errorf("BootRecord of a Node without the record = %q, want nil", got)
+	}
+	// A record beyond either bound is read as none, as the admission policy reads it.
+	own := "a=boot-1"
+	for name, tc := range map[string]struct {
+		record   string
+		readable bool
+	}{
+		"64 entries":                {strings.Repeat(",", MaxBootRecordEntries-1) + own, true},
+		"65 entries":                {strings.Repeat(",", MaxBootRecordEntries) + own, false},
+		"4096 characters":           {strings.Repeat("x", MaxBootRecordLength-len(own)-1) + "," + own, true},
+		"4097 characters":           {strings.Repeat("x", MaxBootRecordLength-len(own)) + "," + own, false},
+		"4096 code points, 8 KB":    {strings.Repeat("é", MaxBootRecordLength-len(own)-1) + "," + own, true},
+		"the agent's key, repeated": {strings.Repeat(own+",", 1000) + own, false},
+	} {
+		_, ok := RecordedBoot(node(map[string]string{BootAnnotation: tc.record}), "a")
+		if BootRecordReadable(tc.record) != tc.readable || ok != tc.readable {
+			t.Errorf("%s: BootRecordReadable = %v, RecordedBoot found = %v, want %v", name, BootRecordReadable(tc.record), ok, tc.readable)
+		}
 	}
 }
 

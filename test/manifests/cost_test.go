@@ -180,6 +180,76 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 	})
 })
 
+// The boot record is any Node writer's to fill (an admin, kubelet, tooling), and the policy pairs
+// its entries, so it reads one only within startuptaint's bounds: whatever is stored, the agent's
+// own writes are judged, never stopped by the CEL cost limit, and a request that leaves the record
+// alone is admitted.
+var _ = Describe("a Node whose boot record another writer filled", Ordered, func() {
+	var a agent
+
+	BeforeAll(func(ctx SpecContext) {
+		for _, in := range installs {
+			if in.name == "config/default" {
+				objs := in.render()
+				a = agentOf(objs)
+				applyUntilDone(ctx, objs)
+			}
+		}
+		Expect(a.taints).NotTo(BeEmpty())
+		probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "boot-record-probe"}}
+		Expect(k8sClient.Create(ctx, probe)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, probe))).To(Succeed()) })
+		refusedOnceLoaded(ctx, asAgentOn(a, "elsewhere"), probe.Name, func(n *corev1.Node) { n.Labels = map[string]string{"x": "y"} },
+			ContainSubstring(msgOtherNode))
+	})
+
+	key := func() string { return a.taints[0].Key }
+	DescribeTable("judges the agent's writes, never errs",
+		func(ctx SpecContext, node string, record func() string) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{startuptaint.BootAnnotation: record()}}}
+			for _, spec := range a.taints {
+				n.Spec.Taints = append(n.Spec.Taints, startupTaint(spec))
+			}
+			Expect(k8sClient.Create(ctx, n)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, n))).To(Succeed()) })
+			Expect(writeStatus(ctx, k8sClient, node, func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" })).To(Succeed())
+			stored := &corev1.Node{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, stored)).To(Succeed())
+			readable := startuptaint.BootRecordReadable(stored.Annotations[startuptaint.BootAnnotation])
+			AddReportEntry(node, fmt.Sprintf("a boot record of %d bytes, %d entries, readable: %v", len(stored.Annotations[startuptaint.BootAnnotation]),
+				strings.Count(stored.Annotations[startuptaint.BootAnnotation], ",")+1, readable))
+
+			asAgent := asAgentOn(a, node)
+			By("the reconciler's own removal, in a dry run: admitted, recording this boot only where the record is readable")
+			check := &controllers.ConfinementCheck{Client: asAgent, NodeName: node, Taints: func() []startuptaint.TaintSpec { return a.taints }}
+			_, refusal, err := check.CheckRemoval(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(refusal).NotTo(HaveOccurred())
+			By("the confinement check's probe: refused by its rule")
+			err = patchNode(ctx, asAgent, node, func(n *corev1.Node) { n.Labels = map[string]string{startuptaint.ConfinementProbeLabel: "x"} },
+				client.DryRunAll)
+			Expect(err).To(MatchError(ContainSubstring(msgMetadata)))
+			By("a removal that writes its own entry: admitted within the bounds, refused beyond them, with the policy's message")
+			err = patchNode(ctx, asAgent, node, func(n *corev1.Node) {
+				n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
+				n.Annotations[startuptaint.BootAnnotation] = key() + "=boot-2"
+			}, client.DryRunAll)
+			if readable {
+				Expect(err).To(MatchError(ContainSubstring(msgBootRecord)), "it changes other entries")
+				Expect(err).NotTo(MatchError(ContainSubstring("4096")))
+			} else {
+				Expect(err).To(MatchError(And(ContainSubstring(msgBootRecord), ContainSubstring("more than 4096 characters or 64 entries"),
+					ContainSubstring("kubectl annotate node "+node+" "+startuptaint.BootAnnotation+"-"))))
+			}
+		},
+		Entry("64 entries, the most it reads", "boot-record-64-entries", func() string { return strings.Repeat("example.com/x=boot-0,", 63) + key() + "=boot-1" }),
+		Entry("8 KB repeating the agent's own key", "boot-record-8kb", func() string { return strings.Repeat(key()+"=boot-1,", 8<<10/len(key()+"=boot-1,")) }),
+		Entry("20 KB of empty entries", "boot-record-20kb", func() string { return strings.Repeat(",", 20<<10) }),
+		Entry("100,000 empty entries", "boot-record-100k-entries", func() string { return strings.Repeat(",", 100_000) }),
+		Entry("the annotations' 256 KiB limit, less room for the removed record", "boot-record-256kib", func() string { return strings.Repeat(",", 256<<10-len(startuptaint.BootAnnotation)-512) }),
+	)
+})
+
 // asAgentOn is a client acting as a's pod on node. It writes as the agent's field manager, which
 // the policy trusts with the fields the agent writes.
 func asAgentOn(a agent, node string) client.Client {
