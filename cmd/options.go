@@ -238,8 +238,8 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 			"driver's CSINode entry from the boot before counts only once that socket is of this boot and kubelet has had "+
 			"time to register the driver through it; empty turns that off.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
-		"Remove the startup taints anyway once this long has passed since the Node's creation, even if a gate does not pass; "+
-			"0 (the default) waits forever.")
+		"Remove the startup taints anyway once this long has passed since the Node's creation, or for a taint put back after a "+
+			"reboot since the boot, even if a gate does not pass; 0 (the default) waits forever.")
 	fs.Var(optionalDuration{&o.retaintAfter}, "retaint-after",
 		"Continuous mode: when no startup taint is on the Node and a gate has not passed for this long, put the first --taint's key "+
 			"(with --config, each group's) back with effect NoSchedule, and remove it once every gate has passed for as long; "+

@@ -32,12 +32,10 @@ func (r *NodeReconciler) decide(ctx context.Context, node *corev1.Node, p *plan)
 // once MaxWait has passed. Until then it records the wait, for reportDecision to say, and asks to
 // be called again at the deadline or when a taint that came back has been held long enough.
 func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *plan) {
-	now := p.now
 	notReady := p.v.notReady
 	// Never forced before the gates have been probed once: a restarted agent would otherwise
-	// remove a taint unready that its first probe would have removed ready. Nor for a taint that
-	// came back: the deadline is the Node's startup's, and continuous mode puts taints back.
-	p.forced = notReady != nil && notReady.reason != gates.ReasonNotProbed && !p.obs.again && r.deadlinePassed(node, now)
+	// remove a taint unready that its first probe would have removed ready.
+	p.forced = notReady != nil && notReady.reason != gates.ReasonNotProbed && r.deadlinePassed(node, p)
 	if r.holdWhileCordoned(node, p) {
 		// Uncordoning is an update of the Node that nodeChanged lets through.
 		log.FromContext(ctx).V(4).Info("holding the taint put back on a cordoned node until it is uncordoned")
@@ -47,7 +45,7 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 		// Not an error to retry: the prober or a gate's watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
 		p.waiting, p.firstWait = true, p.g.state.firstWait(notReady)
-		p.requeue = r.untilDeadline(node, now)
+		p.requeue = r.untilDeadline(node, p)
 		if recheck := notReady.recheck; recheck > 0 && (p.requeue == 0 || recheck < p.requeue) {
 			p.requeue = recheck
 		}
@@ -65,17 +63,35 @@ func (r *NodeReconciler) planRemoval(ctx context.Context, node *corev1.Node, p *
 	p.remove = true
 }
 
-// deadlinePassed reports whether MaxWait is set and has passed since the Node's creation.
-func (r *NodeReconciler) deadlinePassed(node *corev1.Node, now time.Time) bool {
-	return r.MaxWait > 0 && !now.Before(node.CreationTimestamp.Add(r.MaxWait))
+// deadline is when MaxWait forces the plan's taints off, and whether it does: MaxWait after the
+// Node's creation for its first startup taints, and after the boot for a taint that came back on
+// a Node that rebooted (the boot record's), which kubelet does not date: from when this process
+// first found it held, never earlier than the boot. A taint that continuous mode put back in the
+// same boot stays until the gates pass, which is what that mode is for.
+func (r *NodeReconciler) deadline(node *corev1.Node, p *plan) (time.Time, bool) {
+	switch {
+	case r.MaxWait <= 0:
+		return time.Time{}, false
+	case !p.obs.again:
+		return node.CreationTimestamp.Add(r.MaxWait), true
+	case r.RetaintAfter > 0 && !p.bootedAgain || p.g.state.heldSince.IsZero():
+		return time.Time{}, false
+	}
+	return p.g.state.heldSince.Add(r.MaxWait), true
 }
 
-// untilDeadline is how long until MaxWait passes, or zero when it is not set.
-func (r *NodeReconciler) untilDeadline(node *corev1.Node, now time.Time) time.Duration {
-	if r.MaxWait <= 0 {
-		return 0
+// deadlinePassed reports whether the plan's deadline has passed.
+func (r *NodeReconciler) deadlinePassed(node *corev1.Node, p *plan) bool {
+	at, ok := r.deadline(node, p)
+	return ok && !p.now.Before(at)
+}
+
+// untilDeadline is how long until the plan's deadline, or zero when it has none.
+func (r *NodeReconciler) untilDeadline(node *corev1.Node, p *plan) time.Duration {
+	if at, ok := r.deadline(node, p); ok {
+		return at.Sub(p.now)
 	}
-	return node.CreationTimestamp.Add(r.MaxWait).Sub(now)
+	return 0
 }
 
 // holdWhileCordoned reports whether the taints the group holds are only the one an agent puts

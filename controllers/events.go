@@ -146,12 +146,17 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 	}
 	logger := log.FromContext(ctx)
 	if rem.unready != nil {
+		// The deadline counts from the Node's creation, or for taints that came back after a
+		// reboot from when this process found them back.
+		since, from, key := rem.sinceCreation, "the node was created", "sinceNodeCreation"
+		if rem.again {
+			since, from, key = rem.heldFor, "they came back", "heldFor"
+		}
 		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
-			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason,
-			"sinceNodeCreation", rem.sinceCreation.Round(time.Millisecond).String())
+			"taints", rem.taints, "gate", rem.unready.gate, "reason", rem.unready.reason, key, since.Round(time.Millisecond).String())
 		r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonTaintRemovedUnready, "RemoveTaint",
-			"Removed startup taints %v after the maximum wait (%s after the node was created) although %s",
-			rem.taints, rem.sinceCreation.Round(time.Second), rem.unready.Error())
+			"Removed startup taints %v after the maximum wait (%s after %s) although %s",
+			rem.taints, since.Round(time.Second), from, rem.unready.Error())
 		return
 	}
 	if rem.again {

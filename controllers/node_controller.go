@@ -75,9 +75,10 @@ type NodeReconciler struct {
 	// ProbeInterval is how often the probed gates (gates.Probed) are checked; DefaultProbeInterval
 	// when zero.
 	ProbeInterval time.Duration
-	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation: once it
-	// has passed, the startup taints are removed even though a gate does not pass, for clusters
-	// that prefer a usable node with a broken agent to a node that never schedules.
+	// MaxWait, when positive, is a fail-open deadline measured from the Node's creation, and for a
+	// taint put back after a reboot from the boot: once it has passed, the startup taints are
+	// removed even though a gate does not pass, for clusters that prefer a usable node with a
+	// broken agent to a node that never schedules. Continuous mode's own put-back is not bounded.
 	MaxWait time.Duration
 	// RetaintAfter, when positive, turns on continuous mode: once no startup taint of a group is on
 	// the Node and one of its gates has not passed for this long without interruption,

@@ -106,6 +106,47 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	}
 }
 
+// The deadline bounds a taint put back after a reboot too: MaxWait after the boot (here, the
+// put-back, which this process made at once), not after the Node's creation, which was long ago.
+// The forced removal records the boot, so the taint does not go back again in that boot.
+func TestMaxWaitBoundsATaintPutBackAfterARebootFromTheBoot(t *testing.T) {
+	node := testNode("uid-b5", startup, foreign)
+	node.Status.NodeInfo.BootID = "boot-1"
+	e := newEpisodeTest(t, node)
+	e.set(func(r *NodeReconciler) { r.Groups[0].Taints, r.MaxWait = retaintSpecs, 10*time.Minute })
+	e.ready(true)
+	e.reconcile()
+	e.clock.Step(24 * time.Hour)
+	e.updateStatus(booted("boot-2"))
+	e.restart(false)
+	e.reconcile()
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v after the reboot, a day after the Node's creation: want %v back, held", got, retaintTaint)
+	}
+	e.events()
+	e.clock.Step(4 * time.Minute)
+	if wait := e.reconcile(); wait != 6*time.Minute {
+		t.Fatalf("requeue after %s, want the deadline, 10m after the boot", wait)
+	}
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+		t.Fatalf("taints %v before the deadline", got)
+	}
+	e.clock.Step(6 * time.Minute)
+	e.reconcile()
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v at the deadline, want only %v", got, foreign)
+	}
+	expectEvents(t, e.events(), "Warning TaintRemovedUnready Removed startup taints [example.com/agent-not-ready:NoSchedule] "+
+		"after the maximum wait (10m0s after they came back) although flip gate: driver reports not ready")
+	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-2" {
+		t.Fatalf("%s = %q, want this boot recorded by the forced removal", startuptaint.BootAnnotation, got)
+	}
+	e.reconcile()
+	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+		t.Fatalf("taints %v: put back again in the boot whose deadline passed", got)
+	}
+}
+
 func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing.T) {
 	node := testNode("uid-b2", foreign)
 	node.Status.NodeInfo.BootID = "boot-2"
