@@ -142,7 +142,8 @@ var gateKinds = []gateKind{
 					"all counts every DaemonSet that the DaemonSet controller runs here and that tolerates the startup taints "+
 					"(but the agent's own and those labelled "+gates.NodeAgentLabel+"=false), labelled only those labelled =true. "+
 					"Each one's pod here must be Ready; one that mounts kubelet's plugins registry read-write must serve a plugin there "+
-					"that kubelet has registered (CSINode, allocatable). Needs to list DaemonSets and this node's pods.")
+					"that kubelet has registered (CSINode, allocatable). Only DaemonSets in --node-agent-namespaces count. "+
+					"Needs to list DaemonSets and read pods there.")
 		},
 		build: func(o *options, g groupOptions, add func(string, gates.Gate)) {
 			if g.nodeAgents == "" {
@@ -153,7 +154,7 @@ var gateKinds = []gateKind{
 				startup = append(startup, corev1.Taint{Key: t.Key, Effect: t.Effect})
 			}
 			opts := gates.NodeAgentsOptions{Node: o.nodeName, Self: types.NamespacedName{Namespace: o.podNamespace, Name: o.podName},
-				Startup: startup, Choose: gates.NodeAgents(g.nodeAgents)}
+				Namespaces: o.nodeAgentNamespaces, Startup: startup, Choose: gates.NodeAgents(g.nodeAgents)}
 			if o.pluginsRegistry != "" {
 				opts.Registry = gates.NewPluginRegistry(o.pluginsRegistry)
 			}

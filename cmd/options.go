@@ -40,12 +40,14 @@ type options struct {
 	probeTimeout  time.Duration
 	// pluginsRegistry is kubelet's plugins registry, where a CSI driver's registrar has its socket.
 	pluginsRegistry string
-	maxWait         time.Duration
-	retaintAfter    time.Duration
-	dryRun          bool
-	conditionsOnly  bool
-	podName         string
-	podNamespace    string
+	// nodeAgentNamespaces are where --node-agents counts DaemonSets.
+	nodeAgentNamespaces []string
+	maxWait             time.Duration
+	retaintAfter        time.Duration
+	dryRun              bool
+	conditionsOnly      bool
+	podName             string
+	podNamespace        string
 
 	metricsAddr    string
 	metricsSecure  bool
@@ -237,6 +239,10 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 		"Kubelet's plugins registry, where a CSI driver's registrar has its socket (mount it read-only). After a reboot the "+
 			"driver's CSINode entry from the boot before counts only once that socket is of this boot and kubelet has had "+
 			"time to register the driver through it; empty turns that off.")
+	fs.Var(listFlag[string]{items: &o.nodeAgentNamespaces, parse: parseNamespace, sep: ","}, "node-agent-namespaces",
+		"The namespaces whose DaemonSets --node-agents counts, comma-separated; the agent reads DaemonSets and pods there only, "+
+			"and its grant is a Role in each. Name only namespaces where the cluster admin alone creates DaemonSets and pods: "+
+			"anyone who can may hold new nodes. Defaults to kube-system and the agent's own namespace (POD_NAMESPACE).")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, or for a taint put back after a "+
 			"reboot since the boot, even if a gate does not pass; 0 (the default) waits forever.")
@@ -327,10 +333,34 @@ func (o *options) validate(explicit map[string]bool) error {
 	} else if err := o.readGroups(explicit); err != nil {
 		return err
 	}
+	if err := o.validateNodeAgentNamespaces(explicit); err != nil {
+		return err
+	}
 	if err := o.validateServing(); err != nil {
 		return err
 	}
 	return o.validateReconciler()
+}
+
+// parseNamespace accepts one item of --node-agent-namespaces: a namespace's name.
+func parseNamespace(v string) (string, error) {
+	if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+		return "", fmt.Errorf("%q is not a namespace name: %s", v, strings.Join(errs, "; "))
+	}
+	return v, nil
+}
+
+// validateNodeAgentNamespaces refuses --node-agent-namespaces where no group has --node-agents,
+// which would leave it unread, and sets its default.
+func (o *options) validateNodeAgentNamespaces(explicit map[string]bool) error {
+	used := slices.ContainsFunc(o.groups, func(g groupOptions) bool { return g.nodeAgents != "" })
+	if explicit["node-agent-namespaces"] && !used {
+		return errors.New("--node-agent-namespaces: needs --node-agents (in some group of --config)")
+	}
+	if len(o.nodeAgentNamespaces) == 0 {
+		o.nodeAgentNamespaces = gates.DefaultNodeAgentNamespaces(o.podNamespace)
+	}
+	return nil
 }
 
 // setting returns the function that names a setting of group i in messages: a flag, for the

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,29 @@ func TestParseOptionsDefaults(t *testing.T) {
 		o.probeInterval != time.Second || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || len(o.taints) != 0 ||
 		!o.requireConfinement || o.maxWait != 0 || o.retaintAfter != 0 || o.conditionType != "" {
 		t.Fatalf("unexpected defaults: %+v", o)
+	}
+}
+
+// The node agents' gate counts DaemonSets in kube-system and the agent's own namespace unless
+// others are named.
+func TestNodeAgentNamespaces(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{[]string{"--node-agents=all", "--taint=a.example.com/x"}, map[string]string{"NODE_NAME": "a", "POD_NAMESPACE": "storage"}, []string{"kube-system", "storage"}},
+		{[]string{"--node-agents=all", "--taint=a.example.com/x"}, map[string]string{"NODE_NAME": "a"}, []string{"kube-system"}},
+		{[]string{"--node-agents=all", "--taint=a.example.com/x", "--node-agent-namespaces=cni, storage"}, map[string]string{"NODE_NAME": "a", "POD_NAMESPACE": "x"},
+			[]string{"cni", "storage"}},
+	} {
+		o, err := parseOptions(tt.args, env(tt.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(o.nodeAgentNamespaces, tt.want) {
+			t.Errorf("parseOptions(%q) with %v: namespaces %q, want %q", tt.args, tt.env, o.nodeAgentNamespaces, tt.want)
+		}
 	}
 }
 
@@ -131,6 +155,10 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"re-taint delay left unrendered", []string{csi, `--retaint-after=\RETAINTAFTER`}, node, `-retaint-after: "\\RETAINTAFTER" is a placeholder`},
 		{"condition type left unrendered", []string{csi, `--condition-type=\CONDITIONTYPE`}, node, `--condition-type: "\\CONDITIONTYPE" is a placeholder`},
 		{"log level unknown", []string{csi, "--zap-log-level=loud"}, node, "-zap-log-level"},
+		{"node agents' namespace not a name", []string{"--node-agents=all", "--taint=a.example.com/x", "--node-agent-namespaces=kube-system,Tenant_A"}, node,
+			`-node-agent-namespaces: "Tenant_A" is not a namespace name`},
+		{"node agents' namespaces without the gate", []string{csi, "--node-agent-namespaces=storage"}, node,
+			"--node-agent-namespaces: needs --node-agents"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -202,7 +202,9 @@ func TestReadyToRemovedCountsFromTheResourceAppearing(t *testing.T) {
 func TestTheNodeAgentsGateNamesTheDaemonSetItWaitsForAndIsCheckedAgain(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cni", UID: "uid-cni"}}
 	ds.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup), ds).Build()
+	// The gate lists the pods the scheduler has not placed, by spec.nodeName, as the API server does.
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup), ds).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	gate := gates.NewNodeAgentsGate(gates.NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{{Key: startup.Key}}})
 	r := newTestReconciler(t, c, gate)
 	reg := prometheus.NewRegistry()

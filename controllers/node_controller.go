@@ -188,6 +188,10 @@ func (r *NodeReconciler) cacheEntries() map[client.Object]cache.ByObject {
 	}
 	out := make(map[client.Object]cache.ByObject, len(entries))
 	for kind, entry := range entries {
+		if _, ok := objects[kind].(*corev1.Pod); ok {
+			// Pods are others' objects: keep what the gates read of them, not what their authors wrote.
+			entry.Transform = gates.TrimPod
+		}
 		out[objects[kind]] = entry
 	}
 	return out

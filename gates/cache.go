@@ -4,6 +4,8 @@
 package gates
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -86,4 +88,30 @@ func commonFields(a, b fields.Selector) fields.Selector {
 		return nil
 	}
 	return fields.AndSelectors(common...)
+}
+
+// TrimPod is the cache's transform of the pods the gates read: it keeps what they read (the
+// name, labels, owner and deletion, the node, host path volumes and the containers' mounts, the
+// phase, conditions and container statuses) and drops the rest, which a pod's author can make as
+// large as the API server stores (annotations, environment values, commands, probes, other
+// volumes), so the cache's memory does not grow with what others write into their pods.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	kept := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
+		ResourceVersion: pod.ResourceVersion, CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
+		Labels: pod.Labels, OwnerReferences: pod.OwnerReferences}}
+	kept.Spec.NodeName = pod.Spec.NodeName
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			kept.Spec.Volumes = append(kept.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{HostPath: v.HostPath}})
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		kept.Spec.Containers = append(kept.Spec.Containers, corev1.Container{Name: c.Name, VolumeMounts: c.VolumeMounts})
+	}
+	kept.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, ContainerStatuses: pod.Status.ContainerStatuses}
+	return kept, nil
 }

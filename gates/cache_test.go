@@ -4,7 +4,14 @@
 package gates
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -51,5 +58,62 @@ func TestAnEntryForEveryNamespaceKeepsWhatTheOthersShare(t *testing.T) {
 		if merged.Namespaces != nil || merged.Field == nil || merged.Field.String() != "spec.nodeName=n1" {
 			t.Errorf("merged into %v / %v, want this node's pods in every namespace", merged.Namespaces, merged.Field)
 		}
+	}
+}
+
+// A pod of 1 MB (annotations, environment values, a command) is cached as the little the gates
+// read, and the node agents' gate judges the trimmed pod as it judges the whole one.
+func TestTrimPodKeepsWhatTheGatesRead(t *testing.T) {
+	ds := daemonSet("csi", func(ds *appsv1.DaemonSet) {
+		ds.Spec.Template.Spec.Volumes = []corev1.Volume{hostPath("registration", "/var/lib/kubelet/plugins_registry"),
+			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+		ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "driver", Command: []string{strings.Repeat("c", 300<<10)},
+			Env:          []corev1.EnvVar{{Name: "SECRET", Value: strings.Repeat("s", 300<<10)}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "registration", MountPath: "/registration"}}}}
+	})
+	pod := daemonPodOn(ds, "n1", true)
+	pod.Labels = map[string]string{"app": "csi"}
+	pod.Annotations = map[string]string{"big": strings.Repeat("a", 300<<10)}
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "driver", Ready: true}}
+	out, err := TrimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := out.(*corev1.Pod)
+	want := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, Labels: pod.Labels,
+		OwnerReferences: pod.OwnerReferences},
+		Spec: corev1.PodSpec{NodeName: "n1", Volumes: []corev1.Volume{hostPath("registration", "/var/lib/kubelet/plugins_registry")},
+			Containers: []corev1.Container{{Name: "driver", VolumeMounts: pod.Spec.Containers[0].VolumeMounts}}},
+		Status: corev1.PodStatus{Conditions: pod.Status.Conditions, ContainerStatuses: pod.Status.ContainerStatuses}}
+	if !equality.Semantic.DeepEqual(kept, want) {
+		t.Fatalf("TrimPod kept %+v, want %+v", kept, want)
+	}
+	if data, _ := json.Marshal(kept); len(data) > 2<<10 {
+		t.Fatalf("the trimmed pod is %d bytes, want under 2 KiB", len(data))
+	}
+	if got, _ := TrimPod(ds); got != ds {
+		t.Fatal("TrimPod changed an object that is not a pod")
+	}
+}
+
+// The node agents' gate keeps, of each DaemonSet it lists, what placement reads: a 1 MB template
+// is kept as its tolerations, affinity and node selector.
+func TestPlacementOfKeepsWhatPlacementReads(t *testing.T) {
+	ds := daemonSet("csi", func(ds *appsv1.DaemonSet) {
+		ds.Labels = map[string]string{NodeAgentLabel: "true"}
+		ds.Annotations = map[string]string{"big": strings.Repeat("a", 200<<10)}
+		ds.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "a"}
+		ds.Spec.Template.Spec.HostNetwork = true
+		ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "BIG", Value: strings.Repeat("e", 1<<20)}}}}
+	})
+	kept := placementOf(ds)
+	if data, _ := json.Marshal(kept); len(data) > 1<<10 {
+		t.Fatalf("the DaemonSet kept is %d bytes, want under 1 KiB", len(data))
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "a"}}}
+	if !equality.Semantic.DeepEqual(daemonPod(&kept, "n1").Spec.Tolerations, daemonPod(ds, "n1").Spec.Tolerations) ||
+		!shouldRun(daemonPod(&kept, "n1"), node, nil) || kept.UID != ds.UID || kept.Labels[NodeAgentLabel] != "true" {
+		t.Fatalf("placementOf lost what placement reads: %+v", kept)
 	}
 }

@@ -10,7 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 // The gates' tests' shared fixtures.
@@ -40,6 +43,14 @@ func daemonPodOn(ds *appsv1.DaemonSet, node string, ready bool) *corev1.Pod {
 	}
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
 	return p
+}
+
+// nodeAgentsClient is a fake client holding objs, that lists pods by spec.nodeName as the API
+// server does: the node agents' gate looks for the pods the scheduler has not placed yet.
+func nodeAgentsClient(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		Build()
 }
 
 // hostPath is a volume of the host's path.

@@ -73,16 +73,19 @@ const (
 // plugin whose endpoint is in one of its host paths. Whether kubelet has registered those plugins
 // is the PluginsGate's.
 //
-// It needs no configuration: the DaemonSets are listed from the API server's watch cache while
-// the gate is checked, never watched, so a DaemonSet's status updates reach no agent; the pods are
-// this node's only, in the manager's cache, and their watch events cause the reconcile.
+// Only DaemonSets in the cluster admin's namespaces count (NodeAgentsOptions.Namespaces): anyone
+// who may create a DaemonSet or a pod elsewhere can neither hold the node nor reach the agent's
+// memory. The DaemonSets are listed from the API server's watch cache while the gate is checked,
+// never watched, so a DaemonSet's status updates reach no agent; the pods are this node's only, in
+// those namespaces, in the manager's cache, and their watch events cause the reconcile.
 type NodeAgentsGate struct {
-	node     string
-	self     types.NamespacedName
-	startup  []corev1.Taint
-	choose   NodeAgents
-	registry *PluginRegistry
-	clock    clock.PassiveClock
+	node       string
+	namespaces []string
+	self       types.NamespacedName
+	startup    []corev1.Taint
+	choose     NodeAgents
+	registry   *PluginRegistry
+	clock      clock.PassiveClock
 
 	mu       sync.Mutex
 	listed   []appsv1.DaemonSet
@@ -95,6 +98,10 @@ type NodeAgentsOptions struct {
 	Node string
 	// Self is the agent's own Pod, whose DaemonSet is left out; none when empty.
 	Self types.NamespacedName
+	// Namespaces are where node agents' DaemonSets count; DefaultNodeAgentNamespaces(Self's) when
+	// empty. Only the cluster admin should be able to create DaemonSets and pods there: whoever
+	// can may hold the node until its deadline.
+	Namespaces []string
 	// Startup are the startup taints the gate holds: a DaemonSet counts only if it tolerates
 	// them, and they do not keep one from running here. An empty Effect stands for any.
 	Startup []corev1.Taint
@@ -108,8 +115,12 @@ type NodeAgentsOptions struct {
 
 // NewNodeAgentsGate returns a gate on the node agents o describes.
 func NewNodeAgentsGate(o NodeAgentsOptions) *NodeAgentsGate {
-	g := &NodeAgentsGate{node: o.Node, self: o.Self, startup: o.Startup, choose: o.Choose, registry: o.Registry,
-		clock: o.Clock}
+	g := &NodeAgentsGate{node: o.Node, namespaces: o.Namespaces, self: o.Self, startup: o.Startup, choose: o.Choose,
+		registry: o.Registry, clock: o.Clock}
+	if len(g.namespaces) == 0 {
+		g.namespaces = DefaultNodeAgentNamespaces(o.Self.Namespace)
+	}
+	g.namespaces = slices.Compact(slices.Sorted(slices.Values(g.namespaces)))
 	if g.choose == "" {
 		g.choose = NodeAgentsAll
 	}
@@ -119,23 +130,42 @@ func NewNodeAgentsGate(o NodeAgentsOptions) *NodeAgentsGate {
 	return g
 }
 
+// DefaultNodeAgentNamespaces are the namespaces whose DaemonSets count as node agents unless
+// others are named: kube-system, where clusters run their own node agents, and the agent's own
+// (when known), where an install runs its agents beside it. Tenants are not given either.
+func DefaultNodeAgentNamespaces(own string) []string {
+	if own == "" || own == metav1.NamespaceSystem {
+		return []string{metav1.NamespaceSystem}
+	}
+	return []string{metav1.NamespaceSystem, own}
+}
+
+// Namespaces are the namespaces whose DaemonSets count, sorted.
+func (g *NodeAgentsGate) Namespaces() []string { return slices.Clone(g.namespaces) }
+
 // Name implements Gate.
 func (g *NodeAgentsGate) Name() string { return NodeAgentsName }
 
 // Title implements Titled.
 func (g *NodeAgentsGate) Title() string { return "DaemonSets" }
 
-// CacheEntry implements Cached: this node's pods, in every namespace.
+// CacheEntry implements Cached: this node's pods in the node agents' namespaces, so a Role in
+// each is all the grant needs, and no one else's pod reaches the agent.
 func (g *NodeAgentsGate) CacheEntry() (client.Object, cache.ByObject) {
-	return &corev1.Pod{}, cache.ByObject{Field: fields.OneTermEqualSelector("spec.nodeName", g.node)}
+	onNode := fields.OneTermEqualSelector("spec.nodeName", g.node)
+	entry := cache.ByObject{Namespaces: map[string]cache.Config{}}
+	for _, ns := range g.namespaces {
+		entry.Namespaces[ns] = cache.Config{FieldSelector: onNode}
+	}
+	return &corev1.Pod{}, entry
 }
 
-// Watches implements Cached: this node's pods that a DaemonSet controls; other pods come and go
-// with the workload and change nothing here.
+// Watches implements Cached: this node's pods that a DaemonSet controls, in the node agents'
+// namespaces; other pods come and go with the workload and change nothing here.
 func (g *NodeAgentsGate) Watches(toNode handler.EventHandler) (client.Object, handler.EventHandler, []predicate.Predicate) {
 	daemon := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*corev1.Pod)
-		return ok && pod.Spec.NodeName == g.node && daemonSetRef(pod) != nil
+		return ok && pod.Spec.NodeName == g.node && g.inNamespaces(pod.Namespace) && daemonSetRef(pod) != nil
 	})
 	return &corev1.Pod{}, toNode, []predicate.Predicate{daemon}
 }
@@ -158,32 +188,56 @@ func (g *NodeAgentsGate) Recheck() time.Duration { return relistAfter }
 // Check implements Gate.
 func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 	list := &corev1.PodList{}
-	// The cache holds this node's pods only; the filter keeps a wider cache's out.
+	// The cache holds this node's pods only; the filter keeps a wider cache's out, and another
+	// gate's namespaces'.
 	if err := in.Reader.List(ctx, list); err != nil {
 		return fmt.Errorf("listing node %s's pods: %w", g.node, err)
 	}
-	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != g.node })
+	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != g.node || !g.inNamespaces(p.Namespace) })
 	daemons, err := g.daemonSets(ctx, in.Lister, pods, 0)
 	if err != nil {
 		return err
 	}
-	// The registry is read at most once per check, and only if a pod here registers a plugin.
+	// The registry is read at most once per check, and only if a pod here registers a plugin;
+	// the pods the scheduler has not placed, once per namespace, and only for a DaemonSet
+	// without a pod here.
 	serving := sync.OnceValues(func() ([]Plugin, error) { return g.registry.Serving(ctx) })
-	err = g.check(in.Node, daemons, pods, serving)
+	pending := g.pendingPods(ctx, in.Lister)
+	err = g.check(in.Node, daemons, pods, serving, pending)
 	if err == nil && g.listAge() > confirmAfter {
 		// About to pass: on a list of now, so that a DaemonSet added since counts.
 		if daemons, err = g.daemonSets(ctx, in.Lister, pods, confirmAfter); err != nil {
 			return err
 		}
-		err = g.check(in.Node, daemons, pods, serving)
+		err = g.check(in.Node, daemons, pods, serving, pending)
 	}
 	return err
+}
+
+// pendingPods returns a function that lists, once per namespace, the pods there that no node
+// runs yet, from the API server's watch cache: a DaemonSet's pod waits there, with its node in
+// its affinity, until the scheduler places it.
+func (g *NodeAgentsGate) pendingPods(ctx context.Context, lister client.Reader) func(namespace string) ([]corev1.Pod, error) {
+	listed := map[string][]corev1.Pod{}
+	return func(namespace string) ([]corev1.Pod, error) {
+		if pods, ok := listed[namespace]; ok {
+			return pods, nil
+		}
+		list := &corev1.PodList{}
+		err := lister.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{"spec.nodeName": ""},
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+		if err != nil {
+			return nil, fmt.Errorf("listing the pods not yet placed in namespace %s: %w", namespace, err)
+		}
+		listed[namespace] = list.Items
+		return list.Items, nil
+	}
 }
 
 // check returns why the node agents among daemons are not all ready on node, naming the
 // DaemonSets that hold it by reason, or nil.
 func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
-	serving func() ([]Plugin, error)) error {
+	serving func() ([]Plugin, error), pending func(namespace string) ([]corev1.Pod, error)) error {
 	self := g.selfPod(pods)
 	waiting := map[string][]string{}
 	var reasons []string
@@ -196,7 +250,13 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 		var why string
 		switch {
 		case pod == nil:
-			why = ReasonNoDaemonPod
+			placing, err := g.placing(ds, node.Name, pending)
+			if err != nil {
+				return err
+			}
+			if placing == nil || !g.unplaceable(placing) {
+				why = ReasonNoDaemonPod
+			}
 		case !podReady(pod):
 			why = ReasonDaemonPodNotReady
 		case g.registry != nil && mountsRegistry(pod):
@@ -284,15 +344,80 @@ func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, p
 	if err != nil {
 		return nil, fmt.Errorf("selecting node agents: %w", err)
 	}
-	list := &appsv1.DaemonSetList{}
-	// From the API server's watch cache (resourceVersion 0): no read of etcd per booting node.
-	err = lister.List(ctx, list, client.MatchingLabelsSelector{Selector: selector.Add(req...)},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
-	if err != nil {
-		return nil, fmt.Errorf("listing DaemonSets: %w", err)
+	var listed []appsv1.DaemonSet
+	for _, ns := range g.namespaces {
+		list := &appsv1.DaemonSetList{}
+		// From the API server's watch cache (resourceVersion 0): no read of etcd per booting node.
+		// The cache answers such a list whole, whatever its limit, so what the namespaces hold is
+		// read at once; only what placement reads of each DaemonSet is kept until the next list.
+		err = lister.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector.Add(req...)},
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+		if err != nil {
+			return nil, fmt.Errorf("listing DaemonSets in namespace %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			listed = append(listed, placementOf(&list.Items[i]))
+		}
 	}
-	g.listed, g.listedAt = list.Items, g.clock.Now()
+	g.listed, g.listedAt = listed, g.clock.Now()
 	return g.listed, nil
+}
+
+// inNamespaces reports whether ns is one of the node agents' namespaces.
+func (g *NodeAgentsGate) inNamespaces(ns string) bool {
+	_, found := slices.BinarySearch(g.namespaces, ns)
+	return found
+}
+
+// unplaceableAfter is how long the scheduler must have found a node agent's pod unschedulable
+// before it stops holding the node: long enough for a preemption, or a resource freed at boot,
+// to place it.
+const unplaceableAfter = time.Minute
+
+// unplaceable reports whether the scheduler has found pod unschedulable, without a change, for
+// unplaceableAfter: it asks more than this node has, or a port another pod holds, and uses
+// nothing here, so it would hold the node without ever running. A daemon pod can only go to its
+// own node, so the scheduler's verdict is about this node.
+func (g *NodeAgentsGate) unplaceable(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+			g.clock.Since(c.LastTransitionTime.Time) >= unplaceableAfter
+	})
+}
+
+// placing returns ds's pod for node that the scheduler has not placed yet, or nil: the DaemonSet
+// controller names the node in the pod's required node affinity (metadata.name In [node]).
+func (g *NodeAgentsGate) placing(ds *appsv1.DaemonSet, node string, pending func(string) ([]corev1.Pod, error)) (*corev1.Pod, error) {
+	if pending == nil {
+		return nil, nil
+	}
+	pods, err := pending(ds.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if controlledBy(&pods[i], ds) && forNode(&pods[i], node) {
+			return &pods[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// forNode reports whether pod's required node affinity names node, as the DaemonSet controller
+// writes it.
+func forNode(pod *corev1.Pod, node string) bool {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == metav1.ObjectNameField && f.Operator == corev1.NodeSelectorOpIn && slices.Equal(f.Values, []string{node}) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // listAge is the age of the last list of DaemonSets.

@@ -5,6 +5,9 @@ package gates
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +15,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 // A DaemonSet created after the gate listed them counts as soon as its pod shows here, or at
@@ -24,7 +26,7 @@ func TestTheNodeAgentsGateCountsADaemonSetAddedWhileTheNodeWaits(t *testing.T) {
 	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
 	cni := daemonSet("cni")
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cni).Build()
+	c := nodeAgentsClient(cni)
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
 	ctx := context.Background()
@@ -74,14 +76,93 @@ func TestAPodOfAnotherNamespaceNeverPassesForANodeAgentsPod(t *testing.T) {
 	wrongKind := daemonPodOn(cni, "n1", true)
 	wrongKind.Name, wrongKind.UID = "wrong-kind", "wrong-kind-uid"
 	wrongKind.OwnerReferences[0].APIVersion = "example.com/v1"
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cni, forged, wrongKind, daemonPodOn(cni, "n1", false)).Build()
+	c := nodeAgentsClient(cni, forged, wrongKind, daemonPodOn(cni, "n1", false))
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clocktesting.NewFakePassiveClock(time.Now())})
 	pods := &corev1.PodList{}
 	if err := c.List(context.Background(), pods); err != nil {
 		t.Fatal(err)
 	}
-	err := g.check(node, []appsv1.DaemonSet{*cni}, pods.Items, nil)
+	err := g.check(node, []appsv1.DaemonSet{*cni}, pods.Items, nil, nil)
 	if err == nil || Reason(err) != ReasonDaemonPodNotReady || !strings.Contains(err.Error(), "kube-system/cni") {
 		t.Fatalf("check() = %v, want kube-system/cni held as %s", err, ReasonDaemonPodNotReady)
+	}
+}
+
+// A tenant who may create DaemonSets only in its own namespace makes one that tolerates every
+// taint and is never Ready: it does not hold the node, unless its namespace is named a node
+// agents' one. The agent's own namespace and kube-system are, unless others are named.
+func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
+	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
+	inNamespace := func(ns string) func(*appsv1.DaemonSet) { return func(ds *appsv1.DaemonSet) { ds.Namespace = ns } }
+	cni, csi, tenant := daemonSet("cni"), daemonSet("csi", inNamespace("storage")), daemonSet("hold", inNamespace("tenant"))
+	c := nodeAgentsClient(cni, csi, tenant,
+		daemonPodOn(cni, "n1", true), daemonPodOn(csi, "n1", false), daemonPodOn(tenant, "n1", false))
+	for _, tc := range []struct {
+		name       string
+		own        string
+		namespaces []string
+		want       []string
+	}{
+		{"the defaults, the agent in kube-system", "kube-system", nil, nil},
+		{"the defaults, the agent beside its agents", "storage", nil, []string{"storage/csi"}},
+		{"named", "kube-system", []string{"storage", "kube-system"}, []string{"storage/csi"}},
+		{"a tenant's namespace named", "kube-system", []string{"tenant"}, []string{"tenant/hold"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Self: types.NamespacedName{Namespace: tc.own, Name: "agent"},
+				Namespaces: tc.namespaces, Startup: []corev1.Taint{startup}, Clock: clocktesting.NewFakePassiveClock(time.Now())})
+			err := g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c})
+			var nr *NotReadyError
+			switch {
+			case tc.want == nil && err != nil:
+				t.Fatalf("Check = %v, want it to pass", err)
+			case tc.want != nil && !errors.As(err, &nr):
+				t.Fatalf("Check = %v, want not ready", err)
+			case tc.want != nil && !slices.Equal(nr.Holders, tc.want):
+				t.Fatalf("holders %q, want %q", nr.Holders, tc.want)
+			}
+			_, entry := g.CacheEntry()
+			if got := slices.Sorted(maps.Keys(entry.Namespaces)); !slices.Equal(got, g.Namespaces()) {
+				t.Errorf("the cache holds pods of %q, want %q", got, g.Namespaces())
+			}
+		})
+	}
+}
+
+// A DaemonSet whose pod the scheduler cannot place on the node (it asks more than the node has)
+// uses nothing there and would hold it forever: once the scheduler has said so for a minute, it
+// no longer holds the node. A pod it has not tried yet, or for less long, still does.
+func TestADaemonSetWhosePodCannotBePlacedStopsHoldingTheNode(t *testing.T) {
+	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	huge := daemonSet("huge")
+	pending := daemonPodOn(huge, "", false)
+	pending.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}
+	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, LastTransitionTime: metav1.NewTime(clk.Now())}}
+	elsewhere := pending.DeepCopy()
+	elsewhere.Name, elsewhere.UID = "huge-elsewhere", "pod-huge-elsewhere"
+	elsewhere.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values = []string{"n2"}
+	c := nodeAgentsClient(huge, pending, elsewhere)
+	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
+	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }
+	var nr *NotReadyError
+	if err := check(); !errors.As(err, &nr) || !strings.Contains(err.Error(), "kube-system/huge") {
+		t.Fatalf("unschedulable for a moment: %v, want it to hold the node", err)
+	}
+	clk.SetTime(clk.Now().Add(unplaceableAfter))
+	if err := check(); err != nil {
+		t.Fatalf("unschedulable for %s: %v, want it to pass", unplaceableAfter, err)
+	}
+	// Only this node's pod speaks for this node.
+	if err := c.Delete(context.Background(), pending); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(); !errors.As(err, &nr) {
+		t.Fatalf("only another node's pod unschedulable: %v, want it to hold the node", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	nodeaffinity "k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -115,4 +116,17 @@ func shouldRun(pod *corev1.Pod, node *corev1.Node, taints []corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoExecute || t.Effect == corev1.TaintEffectNoSchedule
 	}, true)
 	return !untolerated
+}
+
+// placementOf is what the DaemonSet controller's rules, and the node agents' gate, read of ds:
+// its identity and labels, and its template's node name, node selector, affinity, tolerations and
+// host network. The rest (containers, volumes, annotations, status) can be as large as the API
+// server stores and is not kept.
+func placementOf(ds *appsv1.DaemonSet) appsv1.DaemonSet {
+	t := ds.Spec.Template.Spec
+	out := appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: ds.Name, Namespace: ds.Namespace, UID: ds.UID, Labels: ds.Labels,
+		DeletionTimestamp: ds.DeletionTimestamp}}
+	out.Spec.Template.Spec = corev1.PodSpec{NodeName: t.NodeName, NodeSelector: t.NodeSelector, Affinity: t.Affinity,
+		Tolerations: t.Tolerations, HostNetwork: t.HostNetwork}
+	return out
 }

@@ -13,10 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesTheStartupTaint(t *testing.T) {
@@ -108,7 +106,7 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			daemonPodOn(daemonSet("dns"), "n1", false)}, want: ReasonNoDaemonPod, names: []string{"kube-system/cni", "kube-system/logs", "kube-system/dns"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(tc.objects...).Build()
+			c := nodeAgentsClient(tc.objects...)
 			n := tc.node
 			if n == nil {
 				n = node

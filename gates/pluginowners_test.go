@@ -14,9 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
@@ -47,8 +45,8 @@ func TestTheNodeAgentsGateWaitsForTheRegistrarOfAPodThatRegistersWithKubelet(t *
 	ebs, efs := csiDriver("ebs", "ebs.csi.aws.com", false), csiDriver("efs", "efs.csi.aws.com", false)
 	// Another agent that reads the registry (this agent's own installs): no registrar.
 	reader := csiDriver("reader", "reader.example.com", true)
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ebs, efs, reader, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true),
-		daemonPodOn(reader, "n1", true)).Build()
+	c := nodeAgentsClient(ebs, efs, reader, daemonPodOn(ebs, "n1", true), daemonPodOn(efs, "n1", true),
+		daemonPodOn(reader, "n1", true))
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup},
 		Registry: NewPluginRegistry(registry), Clock: clocktesting.NewFakePassiveClock(time.Now())})
 	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }

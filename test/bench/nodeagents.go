@@ -71,7 +71,7 @@ var agentsStrategies = []agentsStrategy{
 }
 
 func nodeAgentsGate(node string) *gates.NodeAgentsGate {
-	return gates.NewNodeAgentsGate(gates.NodeAgentsOptions{Node: node, Startup: []corev1.Taint{{Key: startupTaint.Key}}})
+	return gates.NewNodeAgentsGate(gates.NodeAgentsOptions{Node: node, Namespaces: []string{agentsNamespace}, Startup: []corev1.Taint{{Key: startupTaint.Key}}})
 }
 
 // daemonSetWatch is a gate that always passes and caches every DaemonSet of the cluster, each of

@@ -54,7 +54,7 @@ func startAgentsNode(ctx context.Context, node string, pods int, extra ...string
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
 	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node,
-		"--node-agents=all", "--taint=" + agentsTaint.Key + ":" + string(agentsTaint.Effect), "--plugins-registry=" + kubelet.PluginsRegistry(),
+		"--node-agents=all", "--node-agent-namespaces=" + agentsNamespace, "--taint=" + agentsTaint.Key + ":" + string(agentsTaint.Effect), "--plugins-registry=" + kubelet.PluginsRegistry(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, extra...)...)
 	return &agentsNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
 }
@@ -207,6 +207,36 @@ var _ = Describe("every node agent, no configuration, with the real DaemonSet co
 
 		Expect(workload.SetAgentReady(ctx, k8sClient, victim, node)).To(Succeed())
 		Eventually(held, 30*time.Second, 10*time.Millisecond).Should(BeFalse(), "released once the DaemonSet's own pod is Ready")
+	})
+
+	// A tenant who may only create DaemonSets in its own namespace makes one that tolerates every
+	// taint and whose pod is never Ready: only the namespaces the admin named count, at the node's
+	// start and in continuous mode.
+	It("is not held by a DaemonSet in a namespace it was not given, whose pod is never Ready", func(ctx SpecContext) {
+		const node, tenant = "e2e-agents-tenant-daemonset", "e2e-agents-tenant-ds"
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}))).To(Succeed())
+		hold := workload.Agent(tenant, "hold", &agentsTaint, true)
+		hold.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		createAgent(ctx, hold)
+		own := createAgent(ctx, workload.Agent(agentsNamespace, "own", &agentsTaint, true))
+		startAgentsNode(ctx, node, 0, "--retaint-after=1s")
+		held := hasTaint(ctx, k8sClient, node, agentsTaint.Key)
+		Eventually(agentPodState(ctx, hold, node), time.Minute).Should(Equal("not Ready"), "the DaemonSet controller runs the tenant's pod")
+		Eventually(agentPodState(ctx, own, node), time.Minute).Should(Equal("not Ready"))
+		Eventually(waitingNotes(ctx, node), 30*time.Second).Should(ContainSubstring(agentsNamespace + "/own"))
+		Expect(held(Default)).To(BeTrue(), "held while the node agent's own pod is not Ready")
+		Expect(waitingNotes(ctx, node)(Default)).NotTo(ContainSubstring(tenant))
+
+		Expect(workload.SetAgentReady(ctx, k8sClient, own, node)).To(Succeed())
+		Eventually(held, 30*time.Second, 10*time.Millisecond).Should(BeFalse(), "released while the tenant's pod is still not Ready")
+		Expect(agentPodState(ctx, hold, node)()).To(Equal("not Ready"))
+
+		By("continuous mode: another such DaemonSet of the tenant's, once the node runs, puts no taint back")
+		later := workload.Agent(tenant, "later", &agentsTaint, true)
+		later.Spec.Template.Spec.Tolerations = hold.Spec.Template.Spec.Tolerations
+		createAgent(ctx, later)
+		Eventually(agentPodState(ctx, later, node), time.Minute).Should(Equal("not Ready"))
+		Consistently(held, "3s", "100ms").Should(BeFalse(), "not put back, with --retaint-after=1s")
 	})
 
 	It("with --max-wait, lets pods in at the deadline, and its event names the DaemonSet that never became Ready", func(ctx SpecContext) {

@@ -477,8 +477,11 @@ var _ = Describe("the rendered installs", func() {
 				// No namespaced grant but the pod reads of --require-pod, bound to the agent as well:
 				// otherwise pod reads come only with config/sidecar/ready-container.
 				for _, b := range only[rbacv1.RoleBinding](objs, "RoleBinding") {
-					Expect(in.podReads).To(Equal(b.Namespace+"/"+b.Name), "the install's one pod reader")
 					Expect(b.Subjects).To(Equal([]rbacv1.Subject{me}), b.Name)
+					if b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == in.agentReads {
+						continue // the node agents' read, in each of their namespaces (pod reads, below)
+					}
+					Expect(in.podReads).To(Equal(b.Namespace+"/"+b.Name), "the install's one pod reader")
 				}
 				for _, role := range only[rbacv1.Role](objs, "Role") {
 					Expect(in.podReads).To(Equal(role.Namespace+"/"+role.Name), "the install's one pod reader")
@@ -486,16 +489,34 @@ var _ = Describe("the rendered installs", func() {
 			})
 
 			if in.agentReads != "" {
-				It("lets the agent list DaemonSets and pods, and neither watch DaemonSets nor read a Secret", func(ctx SpecContext) {
+				// What the token reads, asked of the API server: DaemonSets and pods in the node agents'
+				// namespaces only (kube-system and its own unless named), never cluster-wide or in a
+				// tenant's namespace, with the environment values written into those pods' specs.
+				It("lets the agent list DaemonSets and pods in the node agents' namespaces only, and neither watch DaemonSets nor read a Secret", func(ctx SpecContext) {
 					agentClient := asAgent(newNode(ctx))
-					Eventually(func() error {
-						return agentClient.List(ctx, &appsv1.DaemonSetList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
-					}).Should(Succeed())
-					Expect(agentClient.List(ctx, &corev1.PodList{}, client.MatchingFields{"spec.nodeName": "n1"})).To(Succeed())
-					err := agentClient.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &appsv1.DaemonSet{})
-					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a get of a DaemonSet: %v", err)
-					err = agentClient.List(ctx, &corev1.SecretList{})
-					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a list of Secrets: %v", err)
+					namespaces := nodeAgentNamespaces(in.render(), a)
+					fromCache := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
+					for _, ns := range namespaces {
+						Eventually(func() error { return agentClient.List(ctx, &appsv1.DaemonSetList{}, client.InNamespace(ns), fromCache) }).Should(Succeed(), ns)
+						Expect(agentClient.List(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingFields{"spec.nodeName": "n1"})).To(Succeed(), ns)
+					}
+					for what, list := range map[string]func() error{
+						"DaemonSets cluster-wide": func() error { return agentClient.List(ctx, &appsv1.DaemonSetList{}, fromCache) },
+						"pods cluster-wide": func() error {
+							return agentClient.List(ctx, &corev1.PodList{}, client.MatchingFields{"spec.nodeName": "n1"})
+						},
+						"DaemonSets of a tenant": func() error {
+							return agentClient.List(ctx, &appsv1.DaemonSetList{}, client.InNamespace("tenant"), fromCache)
+						},
+						"pods of a tenant": func() error { return agentClient.List(ctx, &corev1.PodList{}, client.InNamespace("tenant")) },
+						"a DaemonSet by name": func() error {
+							return agentClient.Get(ctx, client.ObjectKey{Namespace: namespaces[0], Name: "x"}, &appsv1.DaemonSet{})
+						},
+						"Secrets of a node agents' namespace": func() error { return agentClient.List(ctx, &corev1.SecretList{}, client.InNamespace(namespaces[0])) },
+					} {
+						err := list()
+						Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: %v", what, err)
+					}
 				})
 			}
 
@@ -1343,7 +1364,10 @@ var _ = Describe("pod reads", func() {
 		}
 	})
 
-	It("are granted cluster-wide by a --node-agents install, with a list of DaemonSets and nothing else, to its agent only", func() {
+	// A --node-agents install reads DaemonSets and pods only in the namespaces whose DaemonSets
+	// count (--node-agent-namespaces: kube-system and its own unless named), through a RoleBinding
+	// in each; the install table asks the API server, as the agent, what that grant lets it read.
+	It("are granted by a --node-agents install in the node agents' namespaces only, with a list of DaemonSets, to its agent only", func() {
 		seen := 0
 		for _, in := range installs {
 			if in.agentReads == "" {
@@ -1351,25 +1375,28 @@ var _ = Describe("pod reads", func() {
 			}
 			seen++
 			objs := in.render()
-			Expect(grantsPods(objs)).To(ConsistOf("ClusterRole /"+in.agentReads), in.name)
-			Expect(agentArgs(objs)).To(ContainElement(HavePrefix("--node-agents=")), in.name)
-			for _, role := range only[rbacv1.ClusterRole](objs, "ClusterRole") {
-				if role.Name != in.agentReads {
-					continue
-				}
-				Expect(role.Rules).To(ConsistOf(
-					rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}},
-					rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}), in.name)
-			}
 			a := agentOf(objs)
-			var bound int
+			namespaces := nodeAgentNamespaces(objs, a)
+			Expect(agentArgs(objs)).To(ContainElement(HavePrefix("--node-agents=")), in.name)
+			Expect(grantsPods(objs)).To(ConsistOf("ClusterRole /"+in.agentReads), in.name)
+			for _, role := range only[rbacv1.ClusterRole](objs, "ClusterRole") {
+				if role.Name == in.agentReads {
+					Expect(role.Rules).To(ConsistOf(
+						rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}},
+						rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}), in.name)
+				}
+			}
 			for _, b := range only[rbacv1.ClusterRoleBinding](objs, "ClusterRoleBinding") {
+				Expect(b.RoleRef.Name).NotTo(Equal(in.agentReads), "%s: bound cluster-wide", in.name)
+			}
+			var bound []string
+			for _, b := range only[rbacv1.RoleBinding](objs, "RoleBinding") {
 				if b.RoleRef.Name == in.agentReads {
-					bound++
+					bound = append(bound, b.Namespace)
 					Expect(b.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Namespace: a.namespace, Name: a.serviceAccount}))
 				}
 			}
-			Expect(bound).To(Equal(1), in.name)
+			Expect(bound).To(ConsistOf(namespaces), "%s: a RoleBinding in each namespace whose DaemonSets count", in.name)
 		}
 		Expect(seen).To(Equal(2), "the sample and the chart")
 	})
@@ -1643,6 +1670,17 @@ func condition(t string, status corev1.ConditionStatus) corev1.NodeCondition {
 
 // writeStatus changes the status of the Node name, read as an admin, with one merge patch of the
 // status subresource sent through c.
+// nodeAgentNamespaces are the namespaces whose DaemonSets the agent of a rendered install counts:
+// its --node-agent-namespaces, or the agent's default for its namespace.
+func nodeAgentNamespaces(objs []*unstructured.Unstructured, a agent) []string {
+	for _, arg := range agentArgs(objs) {
+		if v, ok := strings.CutPrefix(arg, "--node-agent-namespaces="); ok {
+			return strings.Split(v, ",")
+		}
+	}
+	return gates.DefaultNodeAgentNamespaces(a.namespace)
+}
+
 func writeStatus(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
 	node := &corev1.Node{}
 	if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {

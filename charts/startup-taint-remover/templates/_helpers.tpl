@@ -170,3 +170,12 @@ str.nodeAgents is "true" when the node agents' gate is on: the top-level one, or
 {{- else if .Values.nodeAgents -}}true
 {{- end -}}
 {{- end -}}
+
+{{- /*
+str.nodeAgentNamespaces is --node-agent-namespaces, comma-separated: nodeAgentNamespaces, or
+kube-system and the release's namespace, as the agent's own default.
+*/ -}}
+{{- define "str.nodeAgentNamespaces" -}}
+{{- $namespaces := .Values.nodeAgentNamespaces | default (list "kube-system" .Release.Namespace) -}}
+{{- $namespaces | uniq | join "," -}}
+{{- end }}
