@@ -53,11 +53,13 @@ import (
 
 type benchConfig struct {
 	binary, baseline, floor, out string
-	scenarios                    map[string]bool
-	trials, repeats              int
-	sizes                        []int
-	idle                         time.Duration
-	fleet                        int
+	// tenantsBefore is a binary from before the node agents' namespaces, for the tenants scenario.
+	tenantsBefore   string
+	scenarios       map[string]bool
+	trials, repeats int
+	sizes           []int
+	idle            time.Duration
+	fleet           int
 	// workloadFleets are how many nodes boot together in the workload scenario, each size for
 	// workloadTrials nodes per strategy.
 	workloadFleets []int
@@ -95,6 +97,8 @@ func main() {
 	var c benchConfig
 	var sizes string
 	flag.StringVar(&c.binary, "binary", "bin/startup-taint-remover", "the startup-taint-remover binary")
+	flag.StringVar(&c.tenantsBefore, "tenants-before", "", "a binary built from before the node agents' namespaces (issue 47), "+
+		"for a row of the tenants scenario as that release ran; none when empty")
 	flag.StringVar(&c.baseline, "baseline", "bin/bench-baseline", "the cluster-wide baseline agent")
 	flag.StringVar(&c.floor, "floor", "bin/bench-floor", "the smallest controller-runtime agent, the memory floor")
 	flag.StringVar(&c.out, "out", "docs/bench", "where to write results.md and memory.png")
@@ -110,17 +114,17 @@ func main() {
 	nodeAgentsFleets := flag.String("node-agents-nodes", "10,100", "nodes booting together in the node-agents scenario, each size in turn")
 	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the node-agents scenario")
 	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents",
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
-			"plugin writes plugin.md, node-agents writes node-agents.md; all by default")
+			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents", "tenants":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents, tenants\n", s)
 			os.Exit(2)
 		}
 	}
@@ -196,6 +200,19 @@ func run(c benchConfig) error {
 		md := k.markdown(machine(), time.Since(kstart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "kubelet.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["tenants"] {
+		logf("a tenant's objects: %d DaemonSets and %d pods of %d MiB, %d runs per case", tenantObjects, tenantObjects, tenantObjectBytes>>20, c.repeats)
+		tstart := time.Now()
+		r, err := measureTenants(ctx, e, c.binary, c.tenantsBefore, c.repeats)
+		if err != nil {
+			return fmt.Errorf("a tenant's objects: %w", err)
+		}
+		md := tenantsMarkdown(r, c.repeats, machine(), time.Since(tstart))
+		fmt.Println(md)
+		if err := os.WriteFile(filepath.Join(c.out, "tenants.md"), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}
