@@ -207,6 +207,37 @@ func TestRequiredPodsGrantReadsInTheirNamespacesOnly(t *testing.T) {
 	}
 }
 
+// The crash policy comes with every release on a Kubernetes that serves MutatingAdmissionPolicy
+// v1 (1.36 on), bound to every Node, and never where the API server would refuse its kind, nor in
+// conditions-only mode, which writes no taint.
+func TestTheCrashPolicyComesWhereItIsServed(t *testing.T) {
+	for _, tc := range []struct {
+		kube string
+		sets []string
+		want bool
+	}{
+		{KubeVersion, nil, true},
+		{"v1.36.0", nil, true},
+		{"v1.35.4", nil, false},
+		{"v1.33.13", nil, false},
+		{KubeVersion, []string{"conditionsOnly=true", "conditionType=example.com/Ready"}, false},
+	} {
+		out, err := TemplateFor(tc.kube, chartDir, "str", "kube-system", nil, tc.sets)
+		if err != nil {
+			t.Fatalf("%s %v: %v", tc.kube, tc.sets, err)
+		}
+		has := strings.Contains(out, "\nkind: MutatingAdmissionPolicy\n") &&
+			strings.Contains(out, "  name: str-startup-taint-remover-taint-after-crash\nspec:\n  failurePolicy: Ignore\n")
+		bound := strings.Contains(out, "policyName: str-startup-taint-remover-taint-after-crash\n")
+		if has != tc.want || bound != tc.want {
+			t.Errorf("%s %v: the policy rendered %v, bound %v; want %v", tc.kube, tc.sets, has, bound, tc.want)
+		}
+		if tc.want && (strings.Contains(out, `\\TAINTS`) || !strings.Contains(out, "ebs.csi.aws.com/agent-not-ready")) {
+			t.Errorf("%s: the policy's taints are not written in", tc.kube)
+		}
+	}
+}
+
 func TestPackageWritesAVersionedArchivePointingAtTheReleasedImage(t *testing.T) {
 	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, tt := range []struct{ digest, image string }{

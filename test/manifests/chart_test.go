@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
 )
 
@@ -79,8 +80,12 @@ func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 
 // tryRender is render for values the chart may refuse: the error carries the chart's message.
 func (r *chartRelease) tryRender(dir string) ([]*unstructured.Unstructured, error) {
-	args := make([]string, 0, 6+2*len(r.values)+2*len(r.sets))
+	args := make([]string, 0, 8+2*len(r.values)+2*len(r.sets))
 	args = append(args, "template", dir, "-name", r.name, "-namespace", r.namespace)
+	if minor, ok := expectations.EnvtestMinor(); ok {
+		// As helm install renders it against this API server: what the chart adds by version follows.
+		args = append(args, "-kube-version", fmt.Sprintf("v1.%d.0", minor))
+	}
 	for _, f := range r.values {
 		args = append(args, "-f", f)
 	}
@@ -177,6 +182,18 @@ var _ = Describe("the Helm chart and the kustomize tree", func() {
 		Expect(kustomizeRules).To(HaveLen(1))
 		Expect(layoutFree(chartRules.Object["spec"])).To(Equal(layoutFree(kustomizeRules[0].Object["spec"])))
 		Expect(layoutFree(chartRules.Object["spec"])).To(ContainSubstring("startup_taint_removal_refused"))
+
+		By("the crash policy, which the chart adds where it is served and a kustomize install with its component")
+		if expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+			withCrash := render("testdata/crash-overlay")
+			Expect(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](charted, "MutatingAdmissionPolicy", "-taint-after-crash").Spec)).
+				To(Equal(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](withCrash, "MutatingAdmissionPolicy", "taint-after-crash").Spec)))
+			for _, o := range withCrash {
+				if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
+					kustomized = append(kustomized, o)
+				}
+			}
+		}
 
 		By("nothing else of the install")
 		kinds := func(objs []*unstructured.Unstructured) []string {

@@ -1,0 +1,194 @@
+// Copyright 2026 The startup-taint-remover Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package manifests
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
+	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+)
+
+// After a crash reboot the node lifecycle controller lifts node.kubernetes.io/unreachable (or
+// not-ready) in a write of its own, and the scheduler places pods once both are gone. The chart's
+// MutatingAdmissionPolicy (config/components/taint-after-crash) puts the group's first startup key
+// back in that very write, where the agent recorded another boot than the Node's; never for
+// anyone else's write, and never where the record does not say the Node rebooted.
+var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
+	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+		return // MutatingAdmissionPolicy v1 is served from the minor taint at registration needs
+	}
+	const (
+		oldBoot, newBoot = "boot-1", "boot-2"
+		unreachable      = corev1.TaintNodeUnreachable
+	)
+	var (
+		objs []*unstructured.Unstructured
+		a    agent
+		seq  int
+	)
+	release := &chartRelease{name: "crash", namespace: "crash"}
+	key := func() string { return a.taints[0].Key }
+	back := func() corev1.Taint { return corev1.Taint{Key: key(), Effect: corev1.TaintEffectNoSchedule} }
+	// controller is the node lifecycle controller, by its own service account (the controller
+	// manager's --use-service-account-credentials) or by the controller manager's identity.
+	controller := func(user string) client.Client {
+		if user == "node-controller" {
+			name, groups := serviceAccount(metav1.NamespaceSystem, "node-controller")
+			return impersonating(name, groups, "")
+		}
+		// Without per-controller credentials its own identity needs every controller's grant, which
+		// the bootstrap role system:kube-controller-manager does not carry; a cluster that runs it
+		// so grants more (system:masters here).
+		return impersonating("system:kube-controller-manager", []string{"system:masters", "system:authenticated"}, "")
+	}
+	// down creates a Node as the node lifecycle controller leaves a node it found unreachable,
+	// with the agent's record and kubelet's boot ID; edit changes it first.
+	down := func(ctx context.Context, record, boot string, edit ...func(*corev1.Node)) string {
+		GinkgoHelper()
+		seq++
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("crash-%d", seq), Annotations: map[string]string{}},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule},
+				{Key: unreachable, Effect: corev1.TaintEffectNoSchedule}, {Key: unreachable, Effect: corev1.TaintEffectNoExecute}}}}
+		if record != "" {
+			n.Annotations[startuptaint.BootAnnotation] = record
+		}
+		for _, e := range edit {
+			if e != nil {
+				e(n)
+			}
+		}
+		Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, n))).To(Succeed()) })
+		Expect(writeStatus(ctx, k8sClient, n.Name, func(n *corev1.Node) { n.Status.NodeInfo.BootID = boot })).To(Succeed())
+		return n.Name
+	}
+	// lift removes taint key's taints as the controller does, and returns the Node's taints after.
+	lift := func(ctx context.Context, c client.Client, node, taintKey string) []corev1.Taint {
+		GinkgoHelper()
+		Expect(patchNode(ctx, c, node, func(n *corev1.Node) {
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == taintKey })
+		})).To(Succeed())
+		got := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		return got.Spec.Taints
+	}
+
+	BeforeAll(func(ctx SpecContext) {
+		objs = release.render(chartDir)
+		Expect(only[admissionv1.MutatingAdmissionPolicy](objs, "MutatingAdmissionPolicy")).To(HaveLen(1), "the chart adds it on this minor")
+		a = agentOf(objs)
+		applyUntilDone(ctx, objs)
+		// The API server picks a new policy up shortly after it is created.
+		Eventually(func(g Gomega) {
+			node := down(ctx, key()+"="+oldBoot, newBoot)
+			g.Expect(lift(ctx, controller("node-controller"), node, unreachable)).To(ContainElement(back()))
+		}).Should(Succeed())
+	})
+
+	DescribeTable("the node lifecycle controller's write that lets pods back",
+		func(ctx SpecContext, who string, record func() string, lifted string, edit func(*corev1.Node), puts bool) {
+			node := down(ctx, record(), newBoot, edit)
+			taints := lift(ctx, controller(who), node, lifted)
+			Expect(taints).NotTo(ContainElement(HaveField("Key", lifted)), "the controller's own change stands")
+			Expect(taints).To(ContainElement(corev1.Taint{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}))
+			n := 0
+			for _, t := range taints {
+				if t.Key == key() {
+					n++
+				}
+			}
+			if puts {
+				Expect(taints).To(ContainElement(back()), "the startup taint is in the same write")
+				Expect(n).To(Equal(1))
+			} else {
+				Expect(taints).NotTo(ContainElement(back()))
+				Expect(n).To(BeNumerically("<=", 1))
+			}
+		},
+		Entry("lifting unreachable, by the node-controller service account, after a crash", "node-controller",
+			func() string { return key() + "=" + oldBoot }, unreachable, nil, true),
+		Entry("lifting unreachable, by the controller manager's identity, after a crash", "system:kube-controller-manager",
+			func() string { return "example.com/other=boot-0," + key() + "=" + oldBoot }, unreachable, nil, true),
+		Entry("lifting not-ready after a crash", "node-controller", func() string { return key() + "=" + oldBoot },
+			corev1.TaintNodeNotReady, func(n *corev1.Node) {
+				for i := range n.Spec.Taints {
+					n.Spec.Taints[i].Key = strings.Replace(n.Spec.Taints[i].Key, "unreachable", "not-ready", 1)
+				}
+			}, true),
+		Entry("in the boot the agent recorded: nothing", "node-controller", func() string { return key() + "=" + newBoot }, unreachable, nil, false),
+		Entry("on a Node without a boot record: nothing", "node-controller", func() string { return "" }, unreachable, nil, false),
+		Entry("where the record names only another install's key: nothing", "node-controller",
+			func() string { return "example.com/other=" + oldBoot }, unreachable, nil, false),
+		Entry("where the record is beyond the bounds the policies read: nothing", "node-controller",
+			func() string { return strings.Repeat(",", startuptaint.MaxBootRecordEntries) + key() + "=" + oldBoot }, unreachable, nil, false),
+		Entry("where the Node carries the key already, with another effect: nothing more", "node-controller",
+			func() string { return key() + "=" + oldBoot }, unreachable, func(n *corev1.Node) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key(), Effect: corev1.TaintEffectNoExecute})
+			}, false),
+	)
+
+	It("never judges an admin's write, nor the controller's that lifts nothing", func(ctx SpecContext) {
+		node := down(ctx, key()+"="+oldBoot, newBoot)
+		Expect(lift(ctx, k8sClient, node, unreachable)).NotTo(ContainElement(back()), "an admin lifts the taint")
+		node = down(ctx, key()+"="+oldBoot, newBoot)
+		Expect(patchNode(ctx, controller("node-controller"), node, func(n *corev1.Node) {
+			n.Labels = map[string]string{"example.com/seen": "yes"}
+		})).To(Succeed())
+		got := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		Expect(got.Spec.Taints).NotTo(ContainElement(back()), "a write of the controller's that lifts nothing")
+	})
+
+	It("lets the agent take the taint off once its gates pass, recording this boot, and an admin remove it by hand", func(ctx SpecContext) {
+		node := down(ctx, key()+"="+oldBoot, newBoot)
+		Expect(lift(ctx, controller("node-controller"), node, unreachable)).To(ContainElement(back()))
+		Expect(patchNode(ctx, asAgentOn(a, node), node, func(n *corev1.Node) {
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t == back() })
+			n.Annotations[startuptaint.BootAnnotation] = key() + "=" + newBoot
+		})).To(Succeed(), "the agent's own removal, as after any reboot")
+		By("another outage in the boot the agent recorded: nothing")
+		Expect(patchNode(ctx, controller("node-controller"), node, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: unreachable, Effect: corev1.TaintEffectNoSchedule})
+		})).To(Succeed())
+		Expect(lift(ctx, controller("node-controller"), node, unreachable)).NotTo(ContainElement(back()))
+
+		By("an admin removes it by hand before the agent's gates pass: the removal stands until another outage in that boot")
+		node = down(ctx, key()+"="+oldBoot, newBoot, func(n *corev1.Node) {
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+				return t.Key == unreachable && t.Effect == corev1.TaintEffectNoExecute
+			})
+		})
+		Expect(lift(ctx, controller("node-controller"), node, unreachable)).To(ContainElement(back()))
+		Expect(lift(ctx, k8sClient, node, key())).NotTo(ContainElement(back()))
+		Expect(patchNode(ctx, controller("node-controller"), node, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: unreachable, Effect: corev1.TaintEffectNoSchedule})
+		})).To(Succeed())
+		Expect(lift(ctx, controller("node-controller"), node, unreachable)).To(ContainElement(back()),
+			"another outage in that boot puts it back, as the agent would: the record still names the boot before")
+	})
+
+	It("leaves the Nodes alone once the install is gone", func(ctx SpecContext) {
+		for _, obj := range objs {
+			if strings.HasPrefix(obj.GetKind(), "MutatingAdmissionPolicy") {
+				Expect(deleteObject(ctx, obj)).To(Succeed())
+			}
+		}
+		Eventually(func(g Gomega) {
+			node := down(ctx, key()+"="+oldBoot, newBoot)
+			g.Expect(lift(ctx, controller("node-controller"), node, unreachable)).NotTo(ContainElement(back()))
+		}).Should(Succeed())
+	})
+})
