@@ -189,10 +189,15 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 	// does what kubelet's shutdown manager (pkg/kubelet/nodeshutdown) does: Ready False with "node
 	// is shutting down", then it stops the pods, the agent and the registrar among them.
 	DescribeTable("after a reboot, lands no pod before its driver is registered again",
-		func(ctx SpecContext, bootID, drained, graceful bool, want rebootOutcome) {
-			node := fmt.Sprintf("e2e-reboot-%v-%v-%v", bootID, drained, graceful)
+		func(ctx SpecContext, bootID, drained, graceful, crashPolicy bool, want rebootOutcome) {
+			node := fmt.Sprintf("e2e-reboot-%v-%v-%v-%v", bootID, drained, graceful, crashPolicy)
 			if bootID {
 				stampBootID(ctx, node, "boot-1")
+			}
+			if crashPolicy {
+				uninstall, err := workload.InstallCrashPolicy(ctx, k8sClient, startupTaint.Key+":"+string(startupTaint.Effect))
+				Expect(err).NotTo(HaveOccurred())
+				DeferCleanup(uninstall)
 			}
 			n := startWorkloadNode(ctx, node, 1, fakecsi.Ready, "--taint="+startupTaint.Key+":"+string(startupTaint.Effect))
 			registrar := register(n.kubelet, n.driver)
@@ -322,11 +327,15 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		// until the registrar of this boot serves and kubelet has registered the driver again.
 		// Only pods that land between kubelet's Ready and the agent's write, when there was no
 		// graceful shutdown, can fail.
-		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false, landsEarly),
-		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until kubelet registers the driver", true, true, false, noFailedMount),
+		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false, false, landsEarly),
+		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until kubelet registers the driver", true, true, false, false, noFailedMount),
 		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write, and no later one fails",
-			true, false, false, failsOnlyInWindow),
-		Entry("kubelet's graceful shutdown, the boot ID reported: the taint went back as the node shut down, and stays until kubelet registers the driver", true, false, true, noFailedMount),
+			true, false, false, false, failsOnlyInWindow),
+		// config/components/taint-after-crash, as every install on 1.36 and later has it: the
+		// node lifecycle controller's write that lifts unreachable carries the startup taint back.
+		Entry("not drained (a crash), the boot ID reported, with the crash policy: the taint is back in the write that lets pods back, and no pod lands early",
+			true, false, false, true, noFailedMount),
+		Entry("kubelet's graceful shutdown, the boot ID reported: the taint went back as the node shut down, and stays until kubelet registers the driver", true, false, true, false, noFailedMount),
 	)
 
 	It("sees the failure it prevents when the taint goes before kubelet registers the driver", func(ctx SpecContext) {

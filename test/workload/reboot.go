@@ -6,6 +6,10 @@ package workload
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -15,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
@@ -151,4 +157,43 @@ func WatchReturn(ctx context.Context, c client.Reader, node, key string, since t
 		out <- r
 	}()
 	return out
+}
+
+// crashPolicyFile is config/components/taint-after-crash's policy, found from this file, so that
+// the tests and the benchmark read it wherever they run.
+func crashPolicyFile() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "..", "..", "config", "components", "taint-after-crash", "policy.yaml")
+}
+
+// InstallCrashPolicy creates config/components/taint-after-crash's MutatingAdmissionPolicy, its
+// taints rendered as taints (the --taint string), and its binding, as the install does, and
+// returns what deletes them.
+func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (func(context.Context) error, error) {
+	data, err := os.ReadFile(crashPolicyFile())
+	if err != nil {
+		return nil, err
+	}
+	policy := &admissionv1.MutatingAdmissionPolicy{}
+	if err := yaml.UnmarshalStrict(data, policy); err != nil {
+		return nil, fmt.Errorf("reading the crash policy: %w", err)
+	}
+	for i := range policy.Spec.Variables {
+		policy.Spec.Variables[i].Expression = strings.ReplaceAll(policy.Spec.Variables[i].Expression, `'\TAINTS'`, "'"+taints+"'")
+	}
+	binding := &admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy.Name}}
+	for _, o := range []client.Object{policy, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			return nil, fmt.Errorf("installing the crash policy: %w", err)
+		}
+	}
+	return func(ctx context.Context) error {
+		for _, o := range []client.Object{binding, policy} {
+			if err := client.IgnoreNotFound(c.Delete(ctx, o)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }

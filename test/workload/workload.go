@@ -24,6 +24,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,25 +56,37 @@ type ControlPlane struct {
 // Node is Ready, taint eviction, the PersistentVolume binder, which binds the claims of PVC-backed
 // volumes (Claim), and the claims' and volumes' protection, which lets them go once no pod uses
 // them, and any further controllers (daemonset-controller). Both use kubeconfig, an admin's, and
-// write their logs to log.
+// write their logs to log. The controller manager writes as system:kube-controller-manager, the
+// identity its controllers have without per-controller credentials, which admission policies
+// see (with the admin's grant).
 func StartControlPlane(kubeconfig string, log io.Writer, controllers ...string) (*ControlPlane, error) {
+	return StartControlPlaneMonitoring(kubeconfig, log, time.Second, controllers...)
+}
+
+// StartControlPlaneMonitoring is StartControlPlane with the node lifecycle controller's
+// --node-monitor-period (5 s by default in clusters; 1 s makes the tests' reboots quicker).
+func StartControlPlaneMonitoring(kubeconfig string, log io.Writer, monitorPeriod time.Duration, controllers ...string) (*ControlPlane, error) {
+	asManager, err := impersonatingKubeconfig(kubeconfig, "system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
 	cp := &ControlPlane{}
 	for _, c := range []struct {
-		name string
-		args []string
+		name, kubeconfig string
+		args             []string
 	}{
-		{name: "kube-scheduler"},
-		{name: "kube-controller-manager", args: []string{"--controllers=" + strings.Join(append([]string{"node-lifecycle-controller",
+		{name: "kube-scheduler", kubeconfig: kubeconfig},
+		{name: "kube-controller-manager", kubeconfig: asManager, args: []string{"--controllers=" + strings.Join(append([]string{"node-lifecycle-controller",
 			"taint-eviction-controller", "persistentvolume-binder-controller", "persistentvolumeclaim-protection-controller",
 			"persistentvolume-protection-controller"}, controllers...), ","),
-			"--use-service-account-credentials=false", "--node-monitor-period=1s"}},
+			"--use-service-account-credentials=false", "--node-monitor-period=" + monitorPeriod.String()}},
 	} {
 		path, err := expectations.EnvtestBinary(c.name)
 		if err != nil {
 			cp.Stop()
 			return nil, err
 		}
-		cmd := exec.Command(path, append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}, c.args...)...)
+		cmd := exec.Command(path, append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=false", "--secure-port=0"}, c.args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
@@ -83,6 +96,23 @@ func StartControlPlane(kubeconfig string, log io.Writer, controllers ...string) 
 		cp.cmds = append(cp.cmds, cmd)
 	}
 	return cp, nil
+}
+
+// impersonatingKubeconfig writes, beside kubeconfig, a copy whose users act as user (kubeconfig's
+// as), keeping their groups' grant by system:masters, and returns its path.
+func impersonatingKubeconfig(kubeconfig, user string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", kubeconfig, err)
+	}
+	for _, auth := range cfg.AuthInfos {
+		auth.Impersonate, auth.ImpersonateGroups = user, []string{"system:masters", "system:authenticated"}
+	}
+	path := kubeconfig + "." + strings.ReplaceAll(user, ":", "-")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
 }
 
 // Stop ends both components (SIGTERM, then SIGKILL after 10 s) and waits for them.
