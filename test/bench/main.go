@@ -54,7 +54,9 @@ import (
 type benchConfig struct {
 	binary, baseline, floor, out string
 	// tenantsBefore is a binary from before the node agents' namespaces, for the tenants scenario.
-	tenantsBefore   string
+	tenantsBefore string
+	// monitorPeriod is the node lifecycle controller's --node-monitor-period in the reboot scenario.
+	monitorPeriod   time.Duration
 	scenarios       map[string]bool
 	trials, repeats int
 	sizes           []int
@@ -78,7 +80,16 @@ type benchConfig struct {
 
 // selected returns the cases whose strategy's name matches --strategies.
 func (c benchConfig) selected(cases []workloadCase) []workloadCase {
-	return slices.DeleteFunc(slices.Clone(cases), func(wc workloadCase) bool { return !c.strategies.MatchString(wc.name) })
+	return slices.DeleteFunc(slices.Clone(cases), func(wc workloadCase) bool {
+		name := wc.name
+		switch wc.fault {
+		case shutsDown:
+			name += " (graceful shutdown)"
+		case rebootsShort:
+			name += " (short reboot)"
+		}
+		return !c.strategies.MatchString(name)
+	})
 }
 
 // env is the control plane every measurement shares.
@@ -109,11 +120,14 @@ func main() {
 	flag.IntVar(&c.fleet, "fleet", 1000, "agents in the fleet start")
 	fleets := flag.String("workload-nodes", "1,10", "hollow nodes booting together in the workload scenario, each size in turn")
 	flag.IntVar(&c.workloadTrials, "workload-trials", 10, "nodes per case (strategy, volume kind and fault) and size in the workload scenario")
+	flag.DurationVar(&c.monitorPeriod, "node-monitor-period", time.Second,
+		"the node lifecycle controller's --node-monitor-period in the reboot scenario (clusters run 5s); another than 1s writes reboot-monitor-PERIOD.md")
 	flag.IntVar(&c.reboots, "reboots", 10, "reboots per case (strategy, volume kind and kind of shutdown) in the reboot scenario")
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
 	nodeAgentsFleets := flag.String("node-agents-nodes", "10,100", "nodes booting together in the node-agents scenario, each size in turn")
 	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the node-agents scenario")
-	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it")
+	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it "+
+		"(with \" (graceful shutdown)\" after it for a reboot through kubelet's graceful shutdown, \" (short reboot)\" for one within the grace period)")
 	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
 			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md; all by default")
@@ -237,7 +251,7 @@ func run(c benchConfig) error {
 	if c.scenarios["workload"] {
 		logf("pods that need the driver, by removal strategy: %d nodes each, %v booting together", c.workloadTrials, c.workloadFleets)
 		wstart := time.Now()
-		w, err := measureWorkload(ctx, e, c.binary, c.selected(workloadCases), c.workloadFleets, c.workloadTrials)
+		w, err := measureWorkload(ctx, e, c.binary, c.selected(workloadCases), c.workloadFleets, c.workloadTrials, time.Second)
 		if err != nil {
 			return fmt.Errorf("pods that need the driver: %w", err)
 		}
@@ -250,13 +264,18 @@ func run(c benchConfig) error {
 	if c.scenarios["reboot"] {
 		logf("pods that need the driver after a reboot, by strategy: %d reboots each", c.reboots)
 		rstart := time.Now()
-		w, err := measureWorkload(ctx, e, c.binary, c.selected(rebootCases), []int{1}, c.reboots)
+		w, err := measureWorkload(ctx, e, c.binary, c.selected(rebootCases), []int{1}, c.reboots, c.monitorPeriod)
 		if err != nil {
 			return fmt.Errorf("pods that need the driver after a reboot: %w", err)
 		}
-		md := rebootMarkdown(w, machine(), time.Since(rstart))
+		md := rebootMarkdown(w, machine(), time.Since(rstart), c.monitorPeriod)
 		fmt.Println(md)
-		if err := os.WriteFile(filepath.Join(c.out, "reboot.md"), []byte(md), 0o644); err != nil {
+		// The clusters' own period has a file of its own beside the tests' 1 s.
+		file := "reboot.md"
+		if c.monitorPeriod != time.Second {
+			file = "reboot-monitor-" + c.monitorPeriod.String() + ".md"
+		}
+		if err := os.WriteFile(filepath.Join(c.out, file), []byte(md), 0o644); err != nil {
 			return err
 		}
 	}

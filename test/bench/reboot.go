@@ -28,7 +28,8 @@ var (
 	blind           = strategy{name: "default, before the boot record (no boot ID)", agentArgs: []string{taintArg}, noBootID: true}
 	continuousBlind = strategy{name: "continuous mode (`--retaint-after=" + retaintAfter.String() + "`), before the boot record (no boot ID)",
 		agentArgs: []string{taintArg, "--retaint-after=" + retaintAfter.String()}, noBootID: true}
-	bootRecord = strategy{name: "default, with the boot record (kubelet reports its boot ID)", agentArgs: []string{taintArg}}
+	bootRecord  = strategy{name: "default, with the boot record (kubelet reports its boot ID)", agentArgs: []string{taintArg}}
+	crashPolicy = strategy{name: "default, with the boot record and the crash policy (1.36 on)", agentArgs: []string{taintArg}, crashPolicy: true}
 )
 
 // rebootCases are the reboot table's rows: the scheduler's check on PVC-backed volumes (the only
@@ -37,6 +38,7 @@ var (
 var rebootCases = []workloadCase{
 	{strategy: upstream, claims: true, fault: reboots},
 	{strategy: blind, fault: reboots}, {strategy: continuousBlind, fault: reboots}, {strategy: bootRecord, fault: reboots},
+	{strategy: crashPolicy, fault: reboots}, {strategy: crashPolicy, fault: rebootsShort},
 	{strategy: bootRecord, fault: shutsDown}, {strategy: bootRecord, claims: true, fault: shutsDown},
 }
 
@@ -49,6 +51,9 @@ const (
 	arrivalEvery  = time.Second
 	downFor       = 3 * time.Second
 	arrivalsAfter = 5 * time.Second
+	// shortDownFor is how long a short reboot keeps kubelet away: well within the node lifecycle
+	// controller's grace period (--node-monitor-grace-period, 50 s by default).
+	shortDownFor = 10 * time.Second
 )
 
 // rebootNode plays a rolling OS upgrade's reboot on a node whose pods have their volumes. With
@@ -86,7 +91,11 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 	n.driver.Stop()
 	n.kubelet.Stop()
 	n.registrar.Unregister() // its process is gone with the boot; no kubelet saw it go
-	if err := pollUntil(ctx, n.name+": unreachable", func(ctx context.Context) bool {
+	down := downFor
+	if c.fault == rebootsShort {
+		// Nothing marks the node: pods arrive from the moment it goes down.
+		down = shortDownFor
+	} else if err := pollUntil(ctx, n.name+": unreachable", func(ctx context.Context) bool {
 		node := &corev1.Node{}
 		return e.c.Get(ctx, client.ObjectKey{Name: n.name}, node) == nil && hasKey(node, corev1.TaintNodeUnreachable)
 	}); err != nil {
@@ -117,7 +126,7 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 				return err
 			}
 		}
-		time.Sleep(downFor)
+		time.Sleep(down)
 		n.faultAt = time.Now()
 		returned = workload.WatchReturn(ctx, e.c, n.name, startupTaint.Key, n.faultAt)
 		if err := startKubelet(kubeconfig, c, n); err != nil {
@@ -193,20 +202,23 @@ func (r *caseResult) addReboot(n *workloadNode) {
 }
 
 // rebootMarkdown reports the reboot cases side by side.
-func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration) string {
+func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration, monitorPeriod time.Duration) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# Pods that need the driver after a reboot, by strategy")
 	p("")
 	p("Machine: %s. Whole run: %s (`make bench`). The path is [workload.md](workload.md)'s: hollow kubelets v1.37.2,", machine,
 		elapsed.Round(time.Second))
-	p("the real kube-scheduler and kube-controller-manager, an envtest API server. Each reboot is a rolling OS upgrade's:")
+	p("the real kube-scheduler and kube-controller-manager (the node lifecycle controller's `--node-monitor-period=%s`; clusters", monitorPeriod)
+	p("run 5s), an envtest API server. Each reboot is a rolling OS upgrade's:")
 	p("a node boots as there (%d pods, a registrar %s late) and, once its pods have their volumes, goes down:", podsPerNode, workload.RegistrarDelay)
 	p("")
 	p("- **without** kubelet's graceful shutdown: its pods go (as a drain evicts them), and kubelet, the driver, its registrar")
 	p("  and the agent stop, leaving the driver in CSINode and the registrar's socket on disk;")
 	p("- **graceful**: first as kubelet's shutdown manager does (its Ready condition False with \"node is shutting down\"),")
-	p("  the agent and the registrar stop while kubelet runs, and kubelet takes the driver out of CSINode; then as above.")
+	p("  the agent and the registrar stop while kubelet runs, and kubelet takes the driver out of CSINode; then as above;")
+	p("- **back within the grace period**: as without, but kubelet is back %s after it went, before the node lifecycle", shortDownFor)
+	p("  controller marks the node unreachable: nothing writes the Node's spec, and pods arrive from the moment it goes down.")
 	p("")
 	p("Once the node lifecycle controller marks it unreachable, a pod that needs the driver arrives every %s. %s later,", arrivalEvery, downFor)
 	p("kubelet and the agent start again at once, with a new boot ID (kubemark reports none, so an admission policy writes")
@@ -228,8 +240,11 @@ func rebootMarkdown(results []caseResult, machine string, elapsed time.Duration)
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		shutdown := "without"
-		if r.fault == shutsDown {
+		switch r.fault {
+		case shutsDown:
 			shutdown = "graceful"
+		case rebootsShort:
+			shutdown = "without, back within the grace period"
 		}
 		failed := fmt.Sprintf("**%d** (%d)", r.failed, r.nodesFailed)
 		for _, c := range r.causes {

@@ -47,6 +47,9 @@ type strategy struct {
 	// (nodeAgentSets): the driver's own among them, its socket in the plugin directory that
 	// DaemonSet mounts.
 	nodeAgents bool
+	// crashPolicy installs config/components/taint-after-crash, as every install does on 1.36 and
+	// later: the startup taint goes back in the node lifecycle controller's own write.
+	crashPolicy bool
 }
 
 // The strategies: no startup taint, the scheduler's own check, removal once the driver's process
@@ -101,6 +104,9 @@ const (
 	reboots
 	// shutsDown: as reboots, but through kubelet's graceful shutdown.
 	shutsDown
+	// rebootsShort: as reboots, but kubelet is back before the node lifecycle controller's grace
+	// period, so the node is never marked unreachable and the scheduler keeps placing pods on it.
+	rebootsShort
 )
 
 // The later death's timings, and continuous mode's threshold.
@@ -135,7 +141,9 @@ var workloadCases = []workloadCase{
 }
 
 // rebooted reports whether the case's fault is a reboot.
-func (c workloadCase) rebooted() bool { return c.fault == reboots || c.fault == shutsDown }
+func (c workloadCase) rebooted() bool {
+	return c.fault == reboots || c.fault == shutsDown || c.fault == rebootsShort
+}
 
 // volumes names a case's kind of volume.
 func (c workloadCase) volumes() string {
@@ -240,7 +248,8 @@ func (n *workloadNode) lastScheduled() time.Time {
 // driver wait for it, the driver starts with the node, and its registrar registers it with kubelet
 // workload.RegistrarDelay later. The real scheduler and node lifecycle controller place the pods;
 // a round ends when kubelet has published every pod's volume through the driver.
-func measureWorkload(ctx context.Context, e *env, binary string, cases []workloadCase, fleets []int, trials int) ([]caseResult, error) {
+func measureWorkload(ctx context.Context, e *env, binary string, cases []workloadCase, fleets []int, trials int,
+	monitorPeriod time.Duration) ([]caseResult, error) {
 	admin, err := e.kubeconfigFor("bench-workload-admin")
 	if err != nil {
 		return nil, err
@@ -250,7 +259,7 @@ func measureWorkload(ctx context.Context, e *env, binary string, cases []workloa
 		return nil, err
 	}
 	defer func() { _ = cpLog.Close() }()
-	cp, err := workload.StartControlPlane(admin, cpLog, "daemonset-controller")
+	cp, err := workload.StartControlPlaneMonitoring(admin, cpLog, monitorPeriod, "daemonset-controller")
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +275,12 @@ func measureWorkload(ctx context.Context, e *env, binary string, cases []workloa
 			if err := setNodeAgents(ctx, e, c.nodeAgents); err != nil {
 				return nil, err
 			}
+			uninstall := func(context.Context) error { return nil }
+			if c.crashPolicy {
+				if uninstall, err = workload.InstallCrashPolicy(ctx, e.c, startupTaint.Key+":"+string(startupTaint.Effect)); err != nil {
+					return nil, err
+				}
+			}
 			res := caseResult{workloadCase: c, together: together}
 			for round := 0; res.nodes < trials; round++ {
 				names := make([]string, min(together, trials-res.nodes))
@@ -279,6 +294,9 @@ func measureWorkload(ctx context.Context, e *env, binary string, cases []workloa
 				if err := res.add(e, nodes); err != nil {
 					return nil, err
 				}
+			}
+			if err := uninstall(ctx); err != nil {
+				return nil, err
 			}
 			logf("  %d together, %s, %s volumes: %d failed mounts on %d of %d nodes; first volume published p50 %s after the start",
 				together, c.name, c.volumes(), res.failed, res.nodesFailed, res.nodes, ms(percentile(res.toFirst, 0.5)))
