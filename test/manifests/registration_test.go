@@ -46,7 +46,9 @@ func registrationBinding(objs []*unstructured.Unstructured) *admissionv1.Mutatin
 	GinkgoHelper()
 	// The crash policy's binding selects every Node: its policy adds only where the agent recorded a boot.
 	bindings := slices.DeleteFunc(only[admissionv1.MutatingAdmissionPolicyBinding](objs, "MutatingAdmissionPolicyBinding"),
-		func(b *admissionv1.MutatingAdmissionPolicyBinding) bool { return strings.HasSuffix(b.Name, "taint-after-crash") })
+		func(b *admissionv1.MutatingAdmissionPolicyBinding) bool {
+			return strings.HasSuffix(b.Name, "taint-after-crash")
+		})
 	Expect(len(bindings)).To(BeNumerically("<=", 1))
 	if len(bindings) == 0 {
 		return nil
