@@ -6,6 +6,8 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -190,5 +192,24 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 			node := down(ctx, key()+"="+oldBoot, newBoot)
 			g.Expect(lift(ctx, controller("node-controller"), node, unreachable)).NotTo(ContainElement(back()))
 		}).Should(Succeed())
+	})
+})
+
+// Both policies that read the boot record read it within the bounds the agent keeps to
+// (startuptaint.MaxBootRecordLength and MaxBootRecordEntries): a bound changed on one side only
+// would let the agent write a record the policy refuses, or trust one it ignores.
+var _ = Describe("the boot record's bounds", func() {
+	It("are the agent's in every policy that reads the record", func() {
+		for _, file := range []string{"../../config/policy/policy.yaml", "../../config/components/taint-after-crash/policy.yaml"} {
+			data, err := os.ReadFile(file)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(data)).To(And(
+				ContainSubstring(fmt.Sprintf("<= %d", startuptaint.MaxBootRecordLength)),
+				ContainSubstring(fmt.Sprintf(".split(',')) <= %d", startuptaint.MaxBootRecordEntries))), file)
+			// Every size bound on the record is one of the two.
+			for _, m := range regexp.MustCompile(`size\(variables\.\w*[rR]ecord[^)]*\)\)? <= (\d+)`).FindAllStringSubmatch(string(data), -1) {
+				Expect(m[1]).To(BeElementOf(fmt.Sprint(startuptaint.MaxBootRecordLength), fmt.Sprint(startuptaint.MaxBootRecordEntries)), "%s: %s", file, m[0])
+			}
+		}
 	})
 })
