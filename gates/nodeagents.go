@@ -250,7 +250,7 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 		var why string
 		switch {
 		case pod == nil:
-			placing, err := g.placing(ds, node.Name, pending)
+			placing, err := g.placing(ds, node, pending)
 			if err != nil {
 				return err
 			}
@@ -386,9 +386,12 @@ func (g *NodeAgentsGate) unplaceable(pod *corev1.Pod) bool {
 }
 
 // placing returns ds's pod for node that the scheduler has not placed yet, or nil: the DaemonSet
-// controller names the node in the pod's required node affinity (metadata.name In [node]).
-func (g *NodeAgentsGate) placing(ds *appsv1.DaemonSet, node string, pending func(string) ([]corev1.Pod, error)) (*corev1.Pod, error) {
-	if pending == nil {
+// controller names the node in the pod's required node affinity (metadata.name In [node]). On a
+// Node younger than unplaceableAfter no pod of its can have been unschedulable that long, so the
+// pods are not even listed: a booting node's checks, where DaemonSets lack pods for a moment,
+// cost no list.
+func (g *NodeAgentsGate) placing(ds *appsv1.DaemonSet, node *corev1.Node, pending func(string) ([]corev1.Pod, error)) (*corev1.Pod, error) {
+	if pending == nil || g.clock.Since(node.CreationTimestamp.Time) < unplaceableAfter {
 		return nil, nil
 	}
 	pods, err := pending(ds.Namespace)
@@ -396,7 +399,7 @@ func (g *NodeAgentsGate) placing(ds *appsv1.DaemonSet, node string, pending func
 		return nil, err
 	}
 	for i := range pods {
-		if controlledBy(&pods[i], ds) && forNode(&pods[i], node) {
+		if controlledBy(&pods[i], ds) && forNode(&pods[i], node.Name) {
 			return &pods[i], nil
 		}
 	}

@@ -135,8 +135,10 @@ func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
 // no longer holds the node. A pod it has not tried yet, or for less long, still does.
 func TestADaemonSetWhosePodCannotBePlacedStopsHoldingTheNode(t *testing.T) {
 	startup := corev1.Taint{Key: startupKey, Effect: corev1.TaintEffectNoSchedule}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
 	clk := clocktesting.NewFakePassiveClock(time.Now())
+	// The Node joins as the DaemonSet controller makes its pod.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", CreationTimestamp: metav1.NewTime(clk.Now())},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
 	huge := daemonSet("huge")
 	pending := daemonPodOn(huge, "", false)
 	pending.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{

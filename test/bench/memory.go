@@ -256,24 +256,26 @@ func (a *agentProc) waitSynced(ctx context.Context) error {
 
 // procStatus reads VmRSS and RssAnon, in bytes, from /proc/PID/status.
 func procStatus(pid int) (vmRSS, rssAnon float64, err error) {
+	f, err := procStatusFields(pid)
+	return f["VmRSS"], f["RssAnon"], err
+}
+
+// procStatusFields reads /proc/PID/status's fields counted in kB, in bytes.
+func procStatusFields(pid int) (map[string]float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
 		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(fields[1], 64)
-		switch fields[0] {
-		case "VmRSS:":
-			vmRSS = kb * 1024
-		case "RssAnon:":
-			rssAnon = kb * 1024
+		if len(fields) == 3 && fields[2] == "kB" {
+			if kb, err := strconv.ParseFloat(fields[1], 64); err == nil {
+				out[strings.TrimSuffix(fields[0], ":")] = kb * 1024
+			}
 		}
 	}
-	return vmRSS, rssAnon, nil
+	return out, nil
 }
 
 func (a *agentProc) sample(ctx context.Context, e *env) (memSample, error) {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -148,17 +147,11 @@ func tenantsRun(ctx context.Context, e *env, binary string, tc tenantsCase, run 
 
 // peakRSS reads VmHWM, the process's peak resident memory, in bytes, from /proc/PID/status.
 func peakRSS(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
+	f, err := procStatusFields(pid)
+	if err == nil && f["VmHWM"] == 0 {
+		err = fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "VmHWM:" {
-			kb, err := strconv.ParseFloat(fields[1], 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return f["VmHWM"], err
 }
 
 func tenantsMarkdown(rs []tenantsResult, runs int, machine string, elapsed time.Duration) string {
