@@ -86,9 +86,13 @@ $(1) go test -count=1 ./test/e2e -args -ginkgo.label-filter=every-minor
 endef
 
 .PHONY: test-minors
-test-minors: envtest-minors chart-tool kustomize-releases ## Run the install, attack and binary tests on each other supported minor, and prove the agent fails closed below them.
+test-minors: envtest-minors chart-tool kustomize-releases ## Run the install, attack and binary tests on each other supported minor, and below them the attack table and the agent that writes nothing.
 	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)")
 	$(foreach v,$(K8S_EMULATED),$(call test-minor,ENVTEST_EMULATED_VERSION=$(v)))
+	@# Below them: the attack table against the agent's token of every kustomize install, and the
+	@# binary that writes nothing.
+	ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" \
+		hack/envtest/retry-on-exit.sh -count=1 ./test/manifests -args -ginkgo.label-filter=below-minimum
 	ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" \
 		go test -count=1 ./test/e2e -args -ginkgo.label-filter=below-minimum
 

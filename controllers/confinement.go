@@ -32,7 +32,9 @@ import (
 const (
 	// Confined: the admission policy refused the dry-run change.
 	Confined = "confined"
-	// NotConfined: the API server would have made the change; no policy judges this agent.
+	// NotConfined: the API server would have made the change, so no policy judges this agent; or
+	// the API server is older than startuptaint.MinKubernetesMinor, where the agent counts on no
+	// policy and sends no dry run.
 	NotConfined = "not_confined"
 	// CannotWrite: RBAC (or another authorizer) refused the request before admission, so the agent
 	// can write nothing and the policy's verdict is unknown.
@@ -272,6 +274,9 @@ func (c *ConfinementCheck) Ready(*http.Request) error {
 		return errors.New("the API server has not answered the dry-run removal of the startup taints yet")
 	case c.refusal != nil:
 		return fmt.Errorf("the API server refuses the removal of the startup taints: %w", c.refusal)
+	case c.Require && c.belowMinimum():
+		return fmt.Errorf("confinement is required, and the API server runs %s, older than Kubernetes 1.%d, the oldest minor "+
+			"this release supports: it writes nothing", startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
 	case c.Require && c.verdict != Confined:
 		return errors.New("confinement is required, and no admission policy is seen to judge this agent yet: it writes nothing")
 	}
@@ -328,6 +333,9 @@ func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node
 // does not exist yet, or the API server did not answer); node is the Node when it was admitted.
 func (c *ConfinementCheck) Check(ctx context.Context) (outcome string, node *corev1.Node, err error) {
 	node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.nodeName()}}
+	if c.belowMinimum() {
+		return NotConfined, node, nil
+	}
 	if len(c.conditions()) > 0 {
 		// In conditions-only mode the agent may write only its Node's status: a condition that
 		// is not its own is the change the policy must refuse there.
@@ -372,33 +380,45 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 	case CannotWrite:
 		logger.Info("this agent may not write its Node at all, so whether the admission policy confines it is unknown; checking again later")
 	case NotConfined:
-		why := c.notConfinedWhy()
+		// One sentence for the log and, capitalised, for the event.
+		what, What := "no admission policy judges this agent", "No admission policy judges this agent (a dry-run change it must never make was admitted)"
+		if c.belowMinimum() {
+			what = fmt.Sprintf("the API server runs %s, older than Kubernetes 1.%d, the oldest minor this release supports",
+				startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
+			What = "T" + what[1:]
+		}
 		if c.Require {
-			logger.Error(nil, "no admission policy judges this agent, and confinement is required: it removes nothing and writes nothing "+
-				"until one does. "+why)
+			logger.Error(nil, what+", and confinement is required: it removes nothing and writes nothing until "+c.notConfinedUntil())
 			c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
-				"No admission policy judges this agent (a dry-run change it must never make was admitted), and confinement is "+
-					"required: it removes no startup taint and writes nothing until one does. %s", why)
+				"%s, and confinement is required: it removes no startup taint and writes nothing until %s", What, c.notConfinedUntil())
 			return
 		}
-		logger.Info("confinement is not required (--require-confinement=false): this agent runs with no admission policy judging it")
+		logger.Info(what + "; confinement is not required (--require-confinement=false), so this agent runs anyway")
 		c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
-			"No admission policy judges this agent (a dry-run change it must never make was admitted), and it runs anyway "+
-				"(--require-confinement=false): it could change any Node its RBAC allows.")
+			"%s, and it runs anyway (--require-confinement=false): it could change any Node its RBAC allows.", What)
 	}
 }
 
-// notConfinedWhy says what to do about a missing confinement: on an API server older than the
-// shipped policy needs, upgrade; otherwise install the policy.
-func (c *ConfinementCheck) notConfinedWhy() string {
-	if c.Server != nil {
-		if minor, ok := startuptaint.ActsAs(c.Server); ok && minor < startuptaint.MinKubernetesMinor {
-			return fmt.Sprintf("The API server runs %s, and the shipped admission policy needs Kubernetes 1.%d or later, "+
-				"which compiles it: upgrade the control plane.", startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
-		}
+// belowMinimum reports whether the API server acts as a minor older than
+// startuptaint.MinKubernetesMinor. The admission policy compiles there too and judges the agent's
+// token as on every minor, but nothing else of the agent is tested there, so it counts on no
+// confinement: with confinement required (the default) it writes nothing.
+func (c *ConfinementCheck) belowMinimum() bool {
+	if c.Server == nil {
+		return false
 	}
-	return "Install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's ClusterRole " +
-		"to its service account."
+	minor, ok := startuptaint.ActsAs(c.Server)
+	return ok && minor < startuptaint.MinKubernetesMinor
+}
+
+// notConfinedUntil says what ends a missing confinement: on an API server older than the
+// minimum, an upgrade; otherwise the policy, installed.
+func (c *ConfinementCheck) notConfinedUntil() string {
+	if c.belowMinimum() {
+		return fmt.Sprintf("the control plane runs Kubernetes 1.%d or later: upgrade it, then restart the agent's pods.", startuptaint.MinKubernetesMinor)
+	}
+	return "one does: install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's " +
+		"ClusterRole to its service account."
 }
 
 // reportRemoval sets the gauge on every answer, and logs and records an event only when the

@@ -157,7 +157,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	check := NewConfinementCheck(true)
 	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
-	check.Server = &version.Info{Major: "1", Minor: "32", GitVersion: "v1.32.13"}
+	check.Server = &version.Info{Major: "1", Minor: "33", GitVersion: "v1.33.13"}
 	if check.Permits() {
 		t.Fatal("Permits() before any verdict; a required confinement must be seen first")
 	}
@@ -166,7 +166,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
 	ev := <-recorder.Events
 	for _, want := range []string{"Warning " + startuptaint.EventReasonNotConfined, "confinement is required: it removes no startup taint",
-		"The API server runs v1.32.13, and the shipped admission policy needs Kubernetes 1.33 or later"} {
+		"until one does: install the own-node policy"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("event %q lacks %q", ev, want)
 		}
@@ -201,6 +201,48 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 	}
 	if len(recorder.Events) != 0 {
 		t.Errorf("unexpected event: %v", <-recorder.Events)
+	}
+}
+
+// Below the oldest supported minor the policy compiles and judges the agent's token, but the agent
+// counts on no confinement there: it sends no dry-run label, writes nothing, and says to upgrade.
+func TestBelowTheMinimumARequiredConfinementHoldsEveryWriteWhatEverJudgesTheAgent(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	api := &apiAnswers{}
+	api.set(policyDenial) // a policy judges the agent
+	recorder := events.NewFakeRecorder(10)
+	check := NewConfinementCheck(true)
+	check.Client, check.NodeName, check.Recorder, check.Clock = api.client(), "n1", recorder, clock
+	check.Server = &version.Info{Major: "1", Minor: "32", GitVersion: "v1.32.13"}
+	startRunnable(t, check.Start)
+
+	eventually(t, "the NotConfined warning", func() bool { return len(recorder.Events) == 1 })
+	ev := <-recorder.Events
+	for _, want := range []string{"Warning " + startuptaint.EventReasonNotConfined,
+		"The API server runs v1.32.13, older than Kubernetes 1.33, the oldest minor this release supports, and confinement is required",
+		"until the control plane runs Kubernetes 1.33 or later"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("event %q lacks %q", ev, want)
+		}
+	}
+	if check.Permits() {
+		t.Error("Permits() = true below the minimum")
+	}
+	if err := check.Ready(nil); err == nil || !strings.Contains(err.Error(), "older than Kubernetes 1.33") {
+		t.Errorf("Ready() = %v, want the API server's minor", err)
+	}
+	if got := testutil.ToFloat64(metrics.Default().Confined); got != 0 {
+		t.Errorf("startup_taint_confined = %v, want 0", got)
+	}
+	if api.count() != 0 {
+		t.Errorf("sent %d dry-run labels below the minimum, want none", api.count())
+	}
+	// Checking again on its backoff changes nothing and warns no more.
+	eventually(t, "the backoff", clock.HasWaiters)
+	clock.Step(time.Second)
+	eventually(t, "a second removal check", func() bool { return api.removalCount() >= 2 })
+	if check.Permits() || len(recorder.Events) != 0 {
+		t.Errorf("Permits() = %v, events %d after the second check", check.Permits(), len(recorder.Events))
 	}
 }
 

@@ -90,6 +90,10 @@ func refusalAdvice(refusal error) string {
 			"engine's mutations): the agent sends no such change, so one of them changed %s on the way, and the admission "+
 			"policy %s refuses the result. Exclude the agent's service account from that mutation, or let it leave a "+
 			"request's other fields alone (see the runbook, RemovalRefused).", changed, m[1])
+	case startuptaint.RefusalManagedBound:
+		return fmt.Sprintf("the Node's ownership records: the admission policy %s reads at most %d managedFields entries, "+
+			"and this Node holds more, which only server-side apply managers add; an admin may clear them, as the refusal "+
+			"says (see the runbook, RemovalRefused).", m[1], startuptaint.MaxManagedFieldsEntries)
 	case startuptaint.RefusalUpdateOnly, startuptaint.RefusalNodeClaim, startuptaint.RefusalOwnNode:
 		setting = "the agent's token: it must be a service-account token bound to its pod, on the Node it runs on (--node-name)"
 	default:

@@ -15,7 +15,7 @@ import (
 func TestEveryPolicyRuleHasATagTheAgentKnows(t *testing.T) {
 	known := []string{startuptaint.RefusalSettings, startuptaint.RefusalUpdateOnly, startuptaint.RefusalConditionsOnly, startuptaint.RefusalStatusOff, startuptaint.RefusalNodeClaim, startuptaint.RefusalOwnNode,
 		startuptaint.RefusalTaints, startuptaint.RefusalSpec, startuptaint.RefusalMetadata, startuptaint.RefusalRemovedRecord, startuptaint.RefusalBootRecord, startuptaint.RefusalNode, startuptaint.RefusalStatus, startuptaint.RefusalCondition,
-		startuptaint.RefusalManagedEntries, startuptaint.RefusalManagedGained, startuptaint.RefusalManagedLost,
+		startuptaint.RefusalManagedBound, startuptaint.RefusalManagedEntries, startuptaint.RefusalManagedGained, startuptaint.RefusalManagedLost,
 		startuptaint.RefusalEventRegarding, startuptaint.RefusalEventReporter, startuptaint.RefusalEventMetadata, startuptaint.RefusalEventUpdate}
 	refusals := policyRefusals(t)
 	tags := make([]string, 0, len(refusals))
@@ -40,7 +40,7 @@ func TestRefusalAdviceNamesThePolicyAndTheSetting(t *testing.T) {
 		startuptaint.RefusalConditionsOnly: "--conditions-only", startuptaint.RefusalStatusOff: "--condition-type", startuptaint.RefusalStatus: "--condition-type",
 		startuptaint.RefusalCondition: "--condition-type", startuptaint.RefusalUpdateOnly: "token", startuptaint.RefusalNodeClaim: "token", startuptaint.RefusalOwnNode: "token",
 		startuptaint.RefusalSpec: "mutating admission", startuptaint.RefusalMetadata: "mutating admission", startuptaint.RefusalNode: "mutating admission",
-		startuptaint.RefusalManagedEntries: "mutating admission", startuptaint.RefusalManagedGained: "mutating admission", startuptaint.RefusalManagedLost: "mutating admission",
+		startuptaint.RefusalManagedBound: "managedFields", startuptaint.RefusalManagedEntries: "mutating admission", startuptaint.RefusalManagedGained: "mutating admission", startuptaint.RefusalManagedLost: "mutating admission",
 	}
 	for tag, refusal := range refusals {
 		if strings.HasPrefix(tag, "event-") {

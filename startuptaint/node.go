@@ -52,6 +52,13 @@ const (
 	MaxBootRecordEntries = 64
 )
 
+// MaxManagedFieldsEntries bounds the ownership records (managedFields) the admission policy reads
+// on a Node the agent writes: it pairs each entry with its old version by name, at a cost that grows
+// with the square of the entries, so it refuses the agent's writes to a Node with more than this
+// many (RefusalManagedBound). The API server keeps at most 10 Update entries; the others are one
+// per server-side apply manager.
+const MaxManagedFieldsEntries = 128
+
 // BootRecordReadable reports whether v, a value of BootAnnotation, is within MaxBootRecordLength
 // characters (as CEL counts them: code points) and MaxBootRecordEntries entries.
 func BootRecordReadable(v string) bool {

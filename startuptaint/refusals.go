@@ -24,6 +24,7 @@ const (
 	RefusalNode           = "node"
 	RefusalStatus         = "status"
 	RefusalCondition      = "condition"
+	RefusalManagedBound   = "managed-fields-bound"
 	RefusalManagedEntries = "managed-fields-entries"
 	RefusalManagedGained  = "managed-fields-gained"
 	RefusalManagedLost    = "managed-fields-lost"

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
@@ -74,10 +73,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 		Expect(session).NotTo(gexec.Exit())
 
 		By("the agent's identity removing the taint: refused by RBAC, and by the policy where another role grants nodes patch")
-		restAs, err := clientcmd.BuildConfigFromFlags("", agent)
-		Expect(err).NotTo(HaveOccurred())
-		asAgent, err := client.New(restAs, client.Options{Scheme: k8sClient.Scheme()})
-		Expect(err).NotTo(HaveOccurred())
+		asAgent := clientFor(agent)
 		remove := func(n *corev1.Node) {
 			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{taintSpec})
 		}

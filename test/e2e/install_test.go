@@ -91,6 +91,16 @@ func (in renderedInstall) kubeconfig(node string) string {
 	return kubeconfigAs(in.daemonSet.Namespace, in.daemonSet.Spec.Template.Spec.ServiceAccountName, node)
 }
 
+// clientFor is a client that acts as kubeconfig's user.
+func clientFor(kubeconfig string) client.Client {
+	GinkgoHelper()
+	restAs, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(restAs, client.Options{Scheme: k8sClient.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
 // brokenInstall is config/default applied with its policies broken as objects.AsOldRenders breaks
 // them: the install, its taint, and the policies as they should have been.
 type brokenInstall struct {
@@ -145,10 +155,7 @@ func installBroken(ctx SpecContext) brokenInstall {
 func (in brokenInstall) startAgent(ctx SpecContext, node string, driver *fakecsi.Driver) (*gexec.Session, string) {
 	GinkgoHelper()
 	agent := in.kubeconfig(node)
-	restAs, err := clientcmd.BuildConfigFromFlags("", agent)
-	Expect(err).NotTo(HaveOccurred())
-	asAgent, err := client.New(restAs, client.Options{Scheme: k8sClient.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
+	asAgent := clientFor(agent)
 	// Until the API server has picked the broken policy up, a changeless write is admitted.
 	Eventually(func() error {
 		return asAgent.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},

@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
@@ -49,34 +50,48 @@ var _ = Describe("config/default on this minor of Kubernetes", func() {
 	})
 })
 
+// Below the oldest supported minor the policy compiles too (it uses no CEL newer than 1.31's), so
+// no install leaves the agent's token unjudged there; the agent itself counts on no confinement
+// and writes nothing.
 var _ = Describe("config/default below the oldest supported minor", func() {
 	if expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
-	It("leaves an agent that removes nothing and says why, not one that nothing judges", Label(expectations.BelowMinimum), func(ctx SpecContext) {
+	It("applies whole, judges the agent's token as on every minor, and leaves an agent that removes nothing and says why", Label(expectations.BelowMinimum), func(ctx SpecContext) {
 		in := renderInstall("../../config/default")
-		By("kubectl apply -k: the API server refuses the policy, and everything else is applied")
-		refused := 0
+		By("kubectl apply -k: every object applies, the admission policies included")
 		for _, obj := range in.objs {
-			if obj.GetKind() != "ValidatingAdmissionPolicy" || !strings.Contains(obj.GetName(), "own-node-only") {
-				applyObject(ctx, obj)
-				continue
-			}
-			err := k8sClient.Create(ctx, obj.DeepCopy())
-			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want the policy refused, got %v", err)
-			GinkgoWriter.Printf("the API server refuses %s: %v\n", obj.GetName(), err)
-			refused++
+			applyObject(ctx, obj)
 		}
-		Expect(refused).To(Equal(1))
 
 		const node = "e2e-below-minimum"
 		taint := corev1.Taint{Key: in.env["STARTUP_TAINTS"], Effect: corev1.TaintEffectNoExecute}
 		driver := setupNode(ctx, node, taint)
+		other := "e2e-below-minimum-other"
+		Expect(k8sClient.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: other}})).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: other}}))).To(Succeed())
+		})
+
+		By("the agent's token: refused by the policy's own rules (test/manifests runs the whole attack table here)")
+		token := clientFor(in.kubeconfig(node))
+		Eventually(func(g Gomega) {
+			err := token.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: other}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+			g.Expect(err.Error()).To(ContainSubstring("[" + startuptaint.RefusalOwnNode + "]"))
+		}).Should(Succeed())
+		err := token.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
+		Expect(err.Error()).To(ContainSubstring("[" + startuptaint.RefusalSpec + "]"))
+
 		health := freeAddr()
 		session := runDefault(in, node, driver.Path(), health)
 
 		By("one Error log line, a Warning event on its Node, /readyz failing, and the taint held")
-		Eventually(session.Err).Should(gbytes.Say(`"level":"error".*no admission policy judges this agent, and confinement is required`))
+		Eventually(session.Err).Should(gbytes.Say(`"level":"error".*the API server runs v1\.32\.\d+, older than Kubernetes 1\.33, ` +
+			`the oldest minor this release supports, and confinement is required`))
 		var note string
 		Eventually(func(g Gomega) {
 			list := &eventsv1.EventList{}
@@ -86,7 +101,7 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 					note = e.Note
 				}
 			}
-			g.Expect(note).To(ContainSubstring("and the shipped admission policy needs Kubernetes 1.33 or later"))
+			g.Expect(note).To(ContainSubstring("writes nothing until the control plane runs Kubernetes 1.33 or later"))
 		}).Should(Succeed())
 		GinkgoWriter.Printf("the NotConfined event: %s\n", note)
 		Eventually(func(g Gomega) string { _, body := readyz(g, health); return body }).

@@ -20,34 +20,30 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 )
 
 // The policy's cost must not depend on what others wrote on the Node: a rule whose cost grows
 // with the square of a list, or that the CEL cost limit stops, would refuse an agent because of an
 // admin's annotation, or, written by one agent, refuse another install's. The Node here is as large
-// as the API server stores: an annotation at the 256 KiB limit of all annotations, and the rest of
-// etcd's 1.5 MiB request limit shared by conditions and server-side apply entries.
+// as the API server stores: an annotation at the 256 KiB limit of all annotations, 1,500
+// conditions, and as many server-side apply entries as the policy reads
+// (startuptaint.MaxManagedFieldsEntries, with room for the agents' own two); one entry more, and
+// the agent's writes are refused by a rule of their own, at the same bounded cost.
 var _ = Describe("a Node as large as the API server accepts, written by an admin", Ordered, func() {
 	const (
 		// annotationBytes stays under the 256 KiB the API server allows all of a Node's annotations.
 		annotationBytes = 250 << 10
 		conditions      = 1500 // about 300 bytes each
+		// Apply entries, about 350 bytes each (the API server caps Update ones at 10): the bound,
+		// less the admin's two Update entries and the agents' two.
+		applyManagers = startuptaint.MaxManagedFieldsEntries - 4
 	)
 	var (
-		// Apply entries, about 350 bytes each (the API server caps Update ones at 10). kube-apiserver
-		// 1.33 itself takes about 25 s for any write to a Node with 1,000 (kubelet's status and an
-		// admin's label alike, against 0.3 s on 1.37), so there the Node holds 100 and the spec
-		// still measures the policy, not the server's field manager.
-		applyManagers = 1000
 		first, second agent
 		node          = "largest-node"
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		if !expectations.ServesMinor(34) {
-			applyManagers = 100
-		}
 		// Two installs side by side: config/default, and a chart release whose agent also writes
 		// a condition per group.
 		for _, in := range installs {
@@ -116,9 +112,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		Expect(err).NotTo(HaveOccurred())
 		AddReportEntry("largest Node", fmt.Sprintf("%d bytes: a %d-byte removed record, %d conditions, %d managedFields entries (%d bytes)",
 			len(data), len(stored.Annotations[startuptaint.RemovedAnnotation]), len(stored.Status.Conditions), len(stored.ManagedFields), len(managed)))
-		if applyManagers == 1000 {
-			Expect(len(data)).To(BeNumerically(">", 1<<20), "a Node over 1 MiB")
-		}
+		Expect(len(data)).To(BeNumerically(">", 768<<10), "a Node over 768 KiB")
 		Expect(stored.ManagedFields).To(HaveLen(applyManagers+2), "every entry stored, and the admin's own two")
 	})
 
@@ -177,6 +171,39 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
 		Expect(err.Error()).To(ContainSubstring(msgGained))
+	})
+
+	It("refuses the agent's writes once the Node holds one entry more, saying how to clear them, and an admin can", func(ctx SpecContext) {
+		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
+			for i := len(n.ManagedFields); i <= startuptaint.MaxManagedFieldsEntries; i++ {
+				n.ManagedFields = append(n.ManagedFields, managedEntry(fmt.Sprintf("example.com/late-%03d", i), metav1.ManagedFieldsOperationApply, "",
+					fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/late-%03d":{}}}}`, i)))
+			}
+		})).To(Succeed())
+		stored := &corev1.Node{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, stored)).To(Succeed())
+		Expect(stored.ManagedFields).To(HaveLen(startuptaint.MaxManagedFieldsEntries + 1))
+		check := &controllers.ConfinementCheck{Client: asAgentOn(first, node), NodeName: node,
+			Taints: func() []startuptaint.TaintSpec { return first.taints }}
+		_, refusal, err := check.CheckRemoval(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		// The removal adds the agent's own entry.
+		Expect(refusal).To(MatchError(And(ContainSubstring(msgBound),
+			ContainSubstring(fmt.Sprintf("more than %d managedFields entries (it had %d and would have %d)", startuptaint.MaxManagedFieldsEntries,
+				startuptaint.MaxManagedFieldsEntries+1, startuptaint.MaxManagedFieldsEntries+2)),
+			ContainSubstring(`kubectl patch node `+node+` --type=json -p '[{"op":"replace","path":"/metadata/managedFields","value":[{}]}]'`))))
+		timed("kubelet's status write beside them", func() error {
+			return writeStatus(ctx, kubelet(ctx, node), node, func(n *corev1.Node) {
+				n.Status.Conditions = append(n.Status.Conditions, condition(string(corev1.NodeReady), corev1.ConditionFalse))
+			})
+		})
+
+		By("an admin clearing them as the refusal says, with kubectl")
+		_, err = kubectl("patch", "node", node, "--type=json", "-p", `[{"op":"replace","path":"/metadata/managedFields","value":[{}]}]`)
+		Expect(err).NotTo(HaveOccurred())
+		_, refusal, err = check.CheckRemoval(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(refusal).NotTo(HaveOccurred())
 	})
 })
 
