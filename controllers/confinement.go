@@ -381,21 +381,21 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		logger.Info("this agent may not write its Node at all, so whether the admission policy confines it is unknown; checking again later")
 	case NotConfined:
 		// One sentence for the log and, capitalised, for the event.
-		what, What := "no admission policy judges this agent", "No admission policy judges this agent (a dry-run change it must never make was admitted)"
+		what, sentence := "no admission policy judges this agent", "No admission policy judges this agent (a dry-run change it must never make was admitted)"
 		if c.belowMinimum() {
 			what = fmt.Sprintf("the API server runs %s, older than Kubernetes 1.%d, the oldest minor this release supports",
 				startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
-			What = "T" + what[1:]
+			sentence = "T" + what[1:]
 		}
 		if c.Require {
 			logger.Error(nil, what+", and confinement is required: it removes nothing and writes nothing until "+c.notConfinedUntil())
 			c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
-				"%s, and confinement is required: it removes no startup taint and writes nothing until %s", What, c.notConfinedUntil())
+				"%s, and confinement is required: it removes no startup taint and writes nothing until %s", sentence, c.notConfinedUntil())
 			return
 		}
 		logger.Info(what + "; confinement is not required (--require-confinement=false), so this agent runs anyway")
 		c.recorder().Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonNotConfined, "CheckConfinement",
-			"%s, and it runs anyway (--require-confinement=false): it could change any Node its RBAC allows.", What)
+			"%s, and it runs anyway (--require-confinement=false): it could change any Node its RBAC allows.", sentence)
 	}
 }
 
