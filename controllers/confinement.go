@@ -381,7 +381,8 @@ func (c *ConfinementCheck) report(ctx context.Context, outcome string, node *cor
 		logger.Info("this agent may not write its Node at all, so whether the admission policy confines it is unknown; checking again later")
 	case NotConfined:
 		// One sentence for the log and, capitalised, for the event.
-		what, sentence := "no admission policy judges this agent", "No admission policy judges this agent (a dry-run change it must never make was admitted)"
+		what := "no admission policy judges this agent"
+		sentence := "No admission policy judges this agent (a dry-run change it must never make was admitted)"
 		if c.belowMinimum() {
 			what = fmt.Sprintf("the API server runs %s, older than Kubernetes 1.%d, the oldest minor this release supports",
 				startuptaint.DescribeServer(c.Server), startuptaint.MinKubernetesMinor)
@@ -415,7 +416,8 @@ func (c *ConfinementCheck) belowMinimum() bool {
 // minimum, an upgrade; otherwise the policy, installed.
 func (c *ConfinementCheck) notConfinedUntil() string {
 	if c.belowMinimum() {
-		return fmt.Sprintf("the control plane runs Kubernetes 1.%d or later: upgrade it, then restart the agent's pods.", startuptaint.MinKubernetesMinor)
+		return fmt.Sprintf("the control plane runs Kubernetes 1.%d or later: upgrade it, then restart the agent's pods.",
+			startuptaint.MinKubernetesMinor)
 	}
 	return "one does: install the own-node policy (config/policy, or the chart's admissionPolicy) and bind the agent's " +
 		"ClusterRole to its service account."
