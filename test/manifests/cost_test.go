@@ -174,12 +174,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 	})
 
 	It("refuses the agent's writes once the Node holds one entry more, saying how to clear them, and an admin can", func(ctx SpecContext) {
-		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) {
-			for i := len(n.ManagedFields); i <= startuptaint.MaxManagedFieldsEntries; i++ {
-				n.ManagedFields = append(n.ManagedFields, managedEntry(fmt.Sprintf("example.com/late-%03d", i), metav1.ManagedFieldsOperationApply, "",
-					fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/late-%03d":{}}}}`, i)))
-			}
-		})).To(Succeed())
+		Expect(patchNode(ctx, k8sClient, node, func(n *corev1.Node) { addAppliers(n, startuptaint.MaxManagedFieldsEntries+1) })).To(Succeed())
 		stored := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, stored)).To(Succeed())
 		Expect(stored.ManagedFields).To(HaveLen(startuptaint.MaxManagedFieldsEntries + 1))

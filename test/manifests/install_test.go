@@ -693,23 +693,12 @@ var _ = Describe("the rendered installs", func() {
 					})
 				}, msgEntries},
 				// The API server folds Update entries beyond 10 into one; Apply entries it keeps, one
-				// per manager.
+				// per manager. One short of the bound leaves room for an entry it may add for the writer.
 				{"adding server-side apply entries (managedFields) up to the most the policy reads", func(ctx context.Context, c client.Client, own string) error {
-					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						// One short of the bound, for an entry the API server may add for the writer.
-						for i := len(n.ManagedFields); i < startuptaint.MaxManagedFieldsEntries-1; i++ {
-							n.ManagedFields = append(n.ManagedFields, managedEntry(fmt.Sprintf("example.com/applier-%03d", i), metav1.ManagedFieldsOperationApply, "",
-								fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/l%03d":{}}}}`, i)))
-						}
-					})
+					return patchNode(ctx, c, own, func(n *corev1.Node) { addAppliers(n, startuptaint.MaxManagedFieldsEntries-1) })
 				}, msgEntries},
 				{"adding server-side apply entries (managedFields) past the most the policy reads", func(ctx context.Context, c client.Client, own string) error {
-					return patchNode(ctx, c, own, func(n *corev1.Node) {
-						for i := len(n.ManagedFields); i <= startuptaint.MaxManagedFieldsEntries; i++ {
-							n.ManagedFields = append(n.ManagedFields, managedEntry(fmt.Sprintf("example.com/applier-%03d", i), metav1.ManagedFieldsOperationApply, "",
-								fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/l%03d":{}}}}`, i)))
-						}
-					})
+					return patchNode(ctx, c, own, func(n *corev1.Node) { addAppliers(n, startuptaint.MaxManagedFieldsEntries+1) })
 				}, msgBound},
 				{"rewriting another manager's time (managedFields)", func(ctx context.Context, c client.Client, own string) error {
 					return patchNode(ctx, c, own, func(n *corev1.Node) {
@@ -1769,6 +1758,15 @@ func patchEvent(ctx context.Context, c client.Client, event *eventsv1.Event, cha
 
 // managedEntry is an ownership record of manager, for operation on v1 (and subresource), owning
 // the field tree fields, as a writer of managedFields would forge it.
+// addAppliers adds server-side apply entries, each owning a label of its own, until the Node holds
+// total managedFields entries.
+func addAppliers(n *corev1.Node, total int) {
+	for i := len(n.ManagedFields); i < total; i++ {
+		n.ManagedFields = append(n.ManagedFields, managedEntry(fmt.Sprintf("example.com/applier-%03d", i), metav1.ManagedFieldsOperationApply, "",
+			fmt.Sprintf(`{"f:metadata":{"f:labels":{"f:example.com/l%03d":{}}}}`, i)))
+	}
+}
+
 func managedEntry(manager string, operation metav1.ManagedFieldsOperationType, subresource, fields string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: operation, APIVersion: "v1", Subresource: subresource,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
