@@ -206,7 +206,7 @@ func TestConfinementCheckHoldsWritesWhileRequiredAndNotConfined(t *testing.T) {
 
 // Below the oldest supported minor the policy compiles and judges the agent's token, but the agent
 // counts on no confinement there: it sends no dry-run label, writes nothing, and says to upgrade.
-func TestBelowTheMinimumARequiredConfinementHoldsEveryWriteWhatEverJudgesTheAgent(t *testing.T) {
+func TestBelowTheMinimumARequiredConfinementHoldsEveryWriteWhateverJudgesTheAgent(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	api := &apiAnswers{}
 	api.set(policyDenial) // a policy judges the agent
