@@ -41,6 +41,8 @@ var (
 	nodeSeq   atomic.Int64
 )
 
+var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Controllers Suite")

@@ -34,6 +34,8 @@ var (
 	restConfig *rest.Config
 )
 
+var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "End-to-end Suite")

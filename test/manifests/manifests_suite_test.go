@@ -43,6 +43,8 @@ var (
 	testEnv    *envtest.Environment
 )
 
+var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+
 func TestManifests(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Manifests Suite")
