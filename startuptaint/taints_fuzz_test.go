@@ -4,6 +4,11 @@
 package startuptaint
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,4 +91,49 @@ func FuzzWithoutTaints(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMakeFuzzNamesExistingTargets fails when make fuzz names a package other than this one, or a
+// fuzz target this package no longer has: make fuzz would then fuzz nothing and still pass.
+func TestMakeFuzzNamesExistingTargets(t *testing.T) {
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setting := func(name string) []string {
+		m := regexp.MustCompile(`(?m)^` + name + ` = (.*)$`).FindSubmatch(makefile)
+		if m == nil {
+			t.Fatalf("the Makefile sets no %s", name)
+		}
+		return strings.Fields(string(m[1]))
+	}
+	if pkg := setting("FUZZ_PACKAGE"); !slices.Equal(pkg, []string{"./startuptaint"}) {
+		t.Errorf("FUZZ_PACKAGE is %v; the fuzz targets are in ./startuptaint", pkg)
+	}
+	tests, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(f \*testing\.F\)`)
+	for _, path := range tests {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range fuzzFunc.FindAllSubmatch(src, -1) {
+			declared[string(m[1])] = true
+		}
+	}
+	targets := setting("FUZZ_TARGETS")
+	for _, target := range targets {
+		if !declared[target] {
+			t.Errorf("make fuzz names %s, which this package does not declare", target)
+		}
+	}
+	for target := range declared {
+		if !slices.Contains(targets, target) {
+			t.Errorf("%s is not in the Makefile's FUZZ_TARGETS: make fuzz never runs it", target)
+		}
+	}
 }
