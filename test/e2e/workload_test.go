@@ -188,7 +188,7 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 	// the host's at every start. The hollow kubelet has no graceful shutdown either, so that entry
 	// does what kubelet's shutdown manager (pkg/kubelet/nodeshutdown) does: Ready False with "node
 	// is shutting down", then it stops the pods, the agent and the registrar among them.
-	DescribeTable("after a reboot, lands no pod before its driver is registered again",
+	DescribeTable("after a reboot, lands no pod before its driver is registered again", Label(reboot),
 		func(ctx SpecContext, bootID, drained, graceful, crashPolicy bool, want rebootOutcome) {
 			node := fmt.Sprintf("e2e-reboot-%v-%v-%v-%v", bootID, drained, graceful, crashPolicy)
 			if bootID {
@@ -327,8 +327,10 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		// until the registrar of this boot serves and kubelet has registered the driver again.
 		// Only pods that land between kubelet's Ready and the agent's write, when there was no
 		// graceful shutdown, can fail.
-		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", false, true, false, false, landsEarly),
-		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until kubelet registers the driver", true, true, false, false, noFailedMount),
+		Entry("drained, no boot ID reported: the agent can tell neither, as before the boot record", Label(drainedReboot),
+			false, true, false, false, landsEarly),
+		Entry("drained, the boot ID reported: the taint went back at the cordon and stays until kubelet registers the driver", Label(drainedReboot),
+			true, true, false, false, noFailedMount),
 		Entry("not drained (a crash), the boot ID reported: pods pending land between kubelet's Ready and the agent's write, and no later one fails",
 			true, false, false, false, failsOnlyInWindow),
 		// config/components/taint-after-crash, as every install on 1.36 and later has it: the
@@ -345,6 +347,13 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 		Expect(run.examples).To(ContainElement(ContainSubstring(workload.NotRegistered)))
 	})
 })
+
+// The labels by which make test runs the reboots, each a minute of waiting for the node lifecycle
+// controller, in processes of their own beside the rest of the suite.
+const (
+	reboot        = "reboot"
+	drainedReboot = "drained"
+)
 
 // stampBootID makes every registration and status write of node carry bootID
 // (workload.StampBootID) until the spec ends.

@@ -18,12 +18,20 @@ const (
 	emulatedEnv = "ENVTEST_EMULATED_VERSION"
 )
 
-// EveryMinor labels the Ginkgo specs that make test-minors runs on each supported minor of
-// Kubernetes, beside the whole manifests suite; BelowMinimum, those it runs on the newest minor
-// below them.
+// The Ginkgo labels by which make test-minor chooses what it runs on a minor other than the
+// newest: what that minor's API server can change, and nothing that only reads a render.
 const (
-	EveryMinor   = "every-minor"
+	// EveryMinor labels the controllers' and the binary's specs it runs on each supported minor.
+	EveryMinor = "every-minor"
+	// BelowMinimum labels the specs it runs on the newest minor below the oldest supported one.
 	BelowMinimum = "below-minimum"
+	// RenderOnly labels the manifests specs that read rendered objects and ask no API server:
+	// their verdict is the same on every minor, so only make test runs them.
+	RenderOnly = "render-only"
+	// SamePolicyRender labels an install whose admission policies render the same as an earlier
+	// install's, but for the values the install names (PolicyRenderKey): its specs run on the
+	// newest minor only, since an older API server compiles and evaluates the same expressions.
+	SamePolicyRender = "same-policy-render"
 )
 
 // EnvtestMinor is the minor of Kubernetes 1.x the tests' API server acts as, and whether the

@@ -113,8 +113,11 @@ func layoutFree(v any) string {
 	GinkgoHelper()
 	data, err := json.Marshal(v)
 	Expect(err).NotTo(HaveOccurred())
-	return regexp.MustCompile(`(\\n| )+`).ReplaceAllString(string(data), " ")
+	return layout.ReplaceAllString(string(data), " ")
 }
+
+// layout is what CEL ignores in a policy's JSON: runs of spaces and escaped line breaks.
+var layout = regexp.MustCompile(`(\\n| )+`)
 
 // suffixed returns the object of kind whose name ends in suffix.
 func suffixed[T any](objs []*unstructured.Unstructured, kind, suffix string) *T {
@@ -129,7 +132,7 @@ func suffixed[T any](objs []*unstructured.Unstructured, kind, suffix string) *T 
 	return only[T](found, kind)[0]
 }
 
-var _ = Describe("the Helm chart and the kustomize tree", func() {
+var _ = Describe("the Helm chart and the kustomize tree", Label(expectations.RenderOnly), func() {
 	It("render the same RBAC rules, policies and agent container from the same settings", func() {
 		kustomized := render("../../config/default")
 		charted := (&chartRelease{name: "startup-taint-remover", namespace: "startup-taint-remover-system"}).render(chartDir)
@@ -208,7 +211,7 @@ var _ = Describe("the Helm chart and the kustomize tree", func() {
 	})
 })
 
-var _ = Describe("the Helm chart's kubeVersion", func() {
+var _ = Describe("the Helm chart's kubeVersion", Label(expectations.RenderOnly), func() {
 	It("is the oldest minor whose API server applies its policy, and Helm refuses an older cluster", func() {
 		below := fmt.Sprintf("v1.%d.13", startuptaint.MinKubernetesMinor-1)
 		oldest := fmt.Sprintf("v1.%d.0", startuptaint.MinKubernetesMinor)

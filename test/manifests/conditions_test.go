@@ -45,8 +45,9 @@ func allInstalls() []install {
 var msgConditionsOnly = tagged(startuptaint.RefusalConditionsOnly)
 
 var _ = Describe("conditions-only installs", func() {
+	samePolicy := policyRenderLabels(conditionsOnlyInstalls)
 	for i, in := range conditionsOnlyInstalls {
-		Context(in.name, Ordered, func() {
+		Context(in.name, Ordered, samePolicy[i], func() {
 			var (
 				objs []*unstructured.Unstructured
 				a    agent

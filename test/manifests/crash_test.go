@@ -198,7 +198,7 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 // Both policies that read the boot record read it within the bounds the agent keeps to
 // (startuptaint.MaxBootRecordLength and MaxBootRecordEntries): a bound changed on one side only
 // would let the agent write a record the policy refuses, or trust one it ignores.
-var _ = Describe("the boot record's bounds", func() {
+var _ = Describe("the boot record's bounds", Label(expectations.RenderOnly), func() {
 	It("are the agent's in every policy that reads the record", func() {
 		for _, file := range []string{"../../config/policy/policy.yaml", "../../config/components/taint-after-crash/policy.yaml"} {
 			data, err := os.ReadFile(file)

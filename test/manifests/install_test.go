@@ -370,7 +370,7 @@ func (a agent) msgStatus() string {
 	return tagged(startuptaint.RefusalStatus)
 }
 
-var _ = Describe("every README install", func() {
+var _ = Describe("every README install", Label(expectations.RenderOnly), func() {
 	It("is in the test table, and no sample is left out", func() {
 		samples, err := filepath.Glob("../../config/samples/*")
 		Expect(err).NotTo(HaveOccurred())
@@ -389,14 +389,19 @@ var _ = Describe("every README install", func() {
 	})
 })
 
-var _ = Describe("the rendered installs", func() {
+// installTable labels the install table, which make test runs in a process of its own beside the
+// rest of the suite.
+const installTable = "install-table"
+
+var _ = Describe("the rendered installs", Label(installTable), func() {
+	samePolicy := policyRenderLabels(installs)
 	for i, in := range installs {
 		// The chart refuses to install below the oldest supported minor (chart_test.go); every
 		// other install applies there whole, and its policy judges the agent's token as anywhere.
 		if in.chart != nil && !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
 			continue
 		}
-		Context(in.name, Ordered, func() {
+		Context(in.name, Ordered, samePolicy[i], func() {
 			var (
 				objs  []*unstructured.Unstructured
 				a     agent
@@ -439,7 +444,7 @@ var _ = Describe("the rendered installs", func() {
 				refusedOnceLoaded(ctx, asAgent("elsewhere"), probe, removeStartup, ContainSubstring(msgOtherNode))
 			})
 
-			It("confines exactly the identity its DaemonSet runs as, with no parameter object", func() {
+			It("confines exactly the identity its DaemonSet runs as, with no parameter object", Label(expectations.RenderOnly), func() {
 				for _, cm := range only[corev1.ConfigMap](objs, "ConfigMap") {
 					Expect(cm.Data).To(HaveKey("groups.yaml"), "the taints are written in at render time; no ConfigMap but the groups file is applied")
 				}
@@ -1333,7 +1338,7 @@ var _ = Describe("the rendered installs", func() {
 	}
 })
 
-var _ = Describe("pod reads", func() {
+var _ = Describe("pod reads", Label(expectations.RenderOnly), func() {
 	// grantsPods lists the roles of a render that let their subjects read Pods.
 	grantsPods := func(objs []*unstructured.Unstructured) []string {
 		var out []string

@@ -121,7 +121,7 @@ func registrationAgrees(objs []*unstructured.Unstructured) error {
 	return errors.New("no DaemonSet runs the agent")
 }
 
-var _ = Describe("taint at registration's selector and the DaemonSet", func() {
+var _ = Describe("taint at registration's selector and the DaemonSet", Label(expectations.RenderOnly), func() {
 	It("agree in every install and sample: each Node the policy taints runs the agent", func() {
 		checked := 0
 		for _, in := range allInstalls() {
@@ -179,8 +179,9 @@ var _ = Describe("taint at registration", func() {
 		Expect(err).To(MatchError(ContainSubstring(`\\TAINTS`)))
 	})
 
+	samePolicy := policyRenderLabels(registrationInstalls)
 	for i, in := range registrationInstalls {
-		Context(in.name, Ordered, func() {
+		Context(in.name, Ordered, samePolicy[i], func() {
 			var (
 				objs []*unstructured.Unstructured
 				a    agent
