@@ -2,10 +2,13 @@
 # Copyright 2026 The startup-taint-remover Authors.
 # SPDX-License-Identifier: Apache-2.0
 
-# Writes the tools module that builds another minor's kube-apiserver and kubemark: it requires
+# Writes the tools module that builds another minor's kube-apiserver, and kubemark where the release
+# still has it (1.38 no longer does): it requires
 # k8s.io/kubernetes at that tag and replaces each staging module (k8s.io/api, ...), which
 # k8s.io/kubernetes requires as v0.0.0, with the same release's v0.<minor>.<patch>.
-# Usage: hack/envtest/minors/new.sh 1.33.13 (then commit hack/envtest/minors/v1.33).
+# Its go line is the newer of hack/envtest's and the release's own, and its toolchain hack/envtest's,
+# or GO_TOOLCHAIN for a release that needs a newer Go (1.38 needs Go 1.27).
+# Usage: [GO_TOOLCHAIN=go1.27.4] hack/envtest/minors/new.sh 1.33.13 (then commit hack/envtest/minors/v1.33).
 set -euo pipefail
 version=${1:?usage: new.sh MAJOR.MINOR.PATCH}
 IFS=. read -r major minor patch <<<"$version"
@@ -13,15 +16,23 @@ dir=$(cd "$(dirname "$0")" && pwd)/v$major.$minor
 mkdir -p "$dir"
 cd "$dir"
 rm -f go.mod go.sum
-gomod=$(go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+toolchain=${GO_TOOLCHAIN:-$(sed -n 's/^toolchain //p' "$dir/../../go.mod")}
+# The release's go.mod, downloaded with the toolchain that builds it.
+download=$(GOTOOLCHAIN=$toolchain go mod download -json "k8s.io/kubernetes@v$version")
+gomod=$(sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p' <<<"$download")
+source=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$download")
+[[ -n $gomod ]] || { echo "new.sh: k8s.io/kubernetes v$version: no go.mod (does it need a newer GO_TOOLCHAIN?)" >&2; exit 1; }
+commands=(kube-apiserver)
+[[ ! -d $source/cmd/kubemark ]] || commands+=(kubemark)
+goline=$(printf '%s\n' "$(sed -n 's/^go //p' "$dir/../../go.mod")" "$(sed -n 's/^go //p' "$gomod")" | sort -V | tail -1)
 {
-  echo "// Module v$major.$minor builds kube-apiserver and kubemark v$version for the tests on every supported"
+  echo "// Module v$major.$minor builds ${commands[*]} v$version for the tests on every supported"
   echo "// minor (hack/envtest/build.sh); written by hack/envtest/minors/new.sh."
   echo "module github.com/startup-taint-remover/startup-taint-remover/hack/envtest/minors/v$major.$minor"
   echo
-  grep "^go " "$dir/../../go.mod"
+  echo "go $goline"
   echo
-  grep "^toolchain " "$dir/../../go.mod"
+  echo "toolchain $toolchain"
   echo
   echo "require k8s.io/kubernetes v$version"
   echo
@@ -40,8 +51,7 @@ cat >tools.go <<GO
 package tools
 
 import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kubemark"
+$(printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${commands[@]}")
 )
 GO
-go mod tidy
+GOTOOLCHAIN=$toolchain go mod tidy
