@@ -19,16 +19,6 @@ GOARCH ?= $(shell go env GOARCH)
 # Where setup-envtest keeps its binaries, so either tool finds the other's. KUBEBUILDER_ASSETS wins.
 ENVTEST_DIR ?= $(HOME)/.local/share/kubebuilder-envtest/k8s
 ENVTEST_ASSETS ?= $(ENVTEST_DIR)/$(ENVTEST_K8S_VERSION)-$(GOOS)-$(GOARCH)
-# The other minors the tests run on (make test-minors). The oldest supported one is a real build,
-# and so is the newest one below it, where the agent must fail closed; the minors between them and
-# ENVTEST_K8S_VERSION run on its kube-apiserver, which emulates up to three minors back
-# (--emulated-version). Each build is a tools module of hack/envtest/minors.
-K8S_OLDEST ?= 1.33.13
-K8S_BELOW_OLDEST ?= 1.32.13
-K8S_EMULATED ?= 1.34 1.35 1.36
-# The minor whose API server the oldest supported kubelet (K8S_OLDEST's kubemark) is tested
-# against: three minors newer, as far as kubelet's version skew policy reaches.
-K8S_KUBELET_SKEW_SERVER ?= 1.36
 KUBEBUILDER_ASSETS ?= $(ENVTEST_ASSETS)
 export KUBEBUILDER_ASSETS
 # Where hack/kustomize builds the kustomize releases, once per machine like the envtest binaries;
@@ -64,51 +54,101 @@ fmt: ## Run go fmt against code.
 vet: ## Run go vet against code.
 	go vet ./...
 
+# Where the tests write their timings: go test's output (*.log) and each Ginkgo suite's JSON report
+# (*.json, through TEST_TIMINGS_DIR), which make test-timings reads.
+TIMINGS_DIR ?= $(CURDIR)/bin/timings
+export TEST_TIMINGS_DIR = $(TIMINGS_DIR)
+
+# make test runs in lanes side by side (hack/lanes.sh): the end-to-end and manifests suites mostly
+# wait on their API servers, kubelets and controllers, so each runs as several processes of one
+# build of its test binary, split by Ginkgo labels, beside go test of every other package.
+TEST_BIN_DIR = $(CURDIR)/bin/test
+# -timeout: the longest lane ran 4 min on a 2-core machine; go test's default stops a package at
+# 10 min.
+TEST_TIMEOUT = 20m
+# Each lane's label filter, without spaces.
+E2E_LANES = reboot&&drained reboot&&!drained !reboot
+MANIFESTS_LANES = install-table !install-table
+suite_lane = $(1)-$(subst !,not-,$(subst &&,-,$(2))) "cd test/$(1) && '$(TEST_BIN_DIR)/$(1).test' -test.timeout=$(TEST_TIMEOUT) -ginkgo.label-filter='$(2)'"
+
 .PHONY: test
-test: fmt vet envtest chart-tool kustomize-releases ## Run the unit, envtest and end-to-end tests with the race detector, and the chart tool's, PromQL and kubectl plugin's tests.
+test: fmt vet envtest chart-tool kustomize-releases test-binaries ## Run the unit, envtest and end-to-end tests (the race detector on, but for the manifests suite), and the chart tool's, PromQL and kubectl plugin's tests.
 	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
-	@# chart, which go test's cache cannot see. -timeout: the end-to-end package, with its reboots on
-	@# the real path, ran 368 s on a 2-core machine; go test's default stops a package at 10 min.
-	go test -race -count=1 -timeout 20m ./... -coverprofile cover.out
-	go -C hack/chart test -count=1 ./...
-	go -C hack/promql test -count=1 ./...
-	go -C $(PLUGIN_DIR) test -count=1 ./...
+	@# chart, which go test's cache cannot see.
+	rm -rf "$(TIMINGS_DIR)"
+	hack/lanes.sh "$(TIMINGS_DIR)" \
+		packages "go test -race -count=1 -timeout $(TEST_TIMEOUT) \$$(go list ./... | grep -v -e /test/e2e\$$ -e /test/manifests\$$) -coverprofile cover.out" \
+		modules "go -C hack/chart test -count=1 ./... && go -C hack/promql test -count=1 ./... && go -C $(PLUGIN_DIR) test -count=1 ./..." \
+		$(foreach l,$(E2E_LANES),$(call suite_lane,e2e,$(l))) $(foreach l,$(MANIFESTS_LANES),$(call suite_lane,manifests,$(l)))
 
-# One minor's run: the whole manifests suite (install and attack tables, the self-check, taint at
-# registration where served), and the controller's and the binary's specs labelled every-minor.
-# $(1) sets the minor. The manifests suite runs again, once, when the API server exits under it
-# (hack/envtest/retry-on-exit.sh).
-define test-minor
-$(1) hack/envtest/retry-on-exit.sh -count=1 ./test/manifests
-$(1) go test -count=1 ./controllers -run '^TestControllers$$' -args -ginkgo.label-filter=every-minor
-$(1) go test -count=1 ./test/e2e -args -ginkgo.label-filter=every-minor
+# The minors make test-minors runs on, besides ENVTEST_K8S_VERSION's (make test): the newest below
+# the oldest supported one, where the agent must fail closed, the supported ones, and the next one
+# before its release.
+K8S_MINORS ?= 1.32 1.33 1.34 1.35 1.36 1.38
+# The release each minor's tests run on: its own build (a tools module of hack/envtest/minors), or,
+# for a minor not named here, ENVTEST_K8S_VERSION's kube-apiserver emulating it (--emulated-version,
+# up to three minors back). K8S_BINARIES_<minor> names what its build holds, kube-apiserver alone
+# unless set (1.38 has no kubemark: its tests run the 1.37 hollow kubelet).
+K8S_RELEASE_1.32 = 1.32.13
+K8S_RELEASE_1.33 = 1.33.13
+K8S_RELEASE_1.38 = 1.38.0-beta.0
+K8S_BINARIES_1.33 = kube-apiserver kubemark
+# The newest minor below the oldest supported one (startuptaint.MinKubernetesMinor).
+K8S_BELOW_MINIMUM = 1.32
+# The minor whose API server the oldest supported kubelet (1.33's kubemark) is tested against:
+# three minors newer, as far as kubelet's version skew policy reaches.
+K8S_KUBELET_SKEW_SERVER ?= 1.36
 
-endef
+# MINOR's release, the environment of its tests (ENVTEST_K8S_VERSION's hollow kubelet where its
+# build has none), and what it runs: below the minimum, the attack
+# table and the agent that writes nothing; on every other minor, what its API server can change
+# (each distinct policy render compiled and attacked, the self-check, the binary, the served kinds)
+# and none of the specs that only read a render (labelled render-only).
+minor_release = $(K8S_RELEASE_$(MINOR))
+minor_env = $(if $(minor_release),ENVTEST_K8S_VERSION=$(minor_release) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(minor_release)-$(GOOS)-$(GOARCH)" \
+	$(if $(filter kubemark,$(K8S_BINARIES_$(MINOR))),,KUBEMARK="$(ENVTEST_ASSETS)/kubemark"),ENVTEST_EMULATED_VERSION=$(MINOR))
+below_minimum = $(filter $(MINOR),$(K8S_BELOW_MINIMUM))
+minor_labels = $(if $(below_minimum),below-minimum,every-minor)
+manifests_labels = $(if $(below_minimum),below-minimum,!render-only)&&!same-policy-render
 
 .PHONY: test-minors
-test-minors: envtest-minors chart-tool kustomize-releases ## Run the install, attack and binary tests on each other supported minor, and below them the attack table and the agent that writes nothing.
-	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)")
-	$(foreach v,$(K8S_EMULATED),$(call test-minor,ENVTEST_EMULATED_VERSION=$(v)))
-	@# Below them: the attack table against the agent's token of every kustomize install, and the
-	@# binary that writes nothing.
-	ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" \
-		hack/envtest/retry-on-exit.sh -count=1 ./test/manifests -args -ginkgo.label-filter=below-minimum
-	ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" \
-		go test -count=1 ./test/e2e -args -ginkgo.label-filter=below-minimum
+test-minors: test-binaries ## Run test-minor on each of K8S_MINORS, side by side (hack/lanes.sh).
+	hack/lanes.sh "$(TIMINGS_DIR)" $(foreach m,$(K8S_MINORS),minor-$(m) "$(MAKE) --no-print-directory test-minor-run MINOR=$(m)")
+
+.PHONY: test-minor
+test-minor: test-binaries test-minor-run ## Run on MINOR (e.g. MINOR=1.34) what its API server changes: each distinct policy render compiled and attacked, the self-check, the binary; below the minimum, the attack table and the agent that writes nothing.
+
+# test-minor once the test binaries are built.
+.PHONY: test-minor-run
+test-minor-run: test-minor-binaries chart-tool kustomize-releases
+	@# The manifests suite runs again, once, when the API server exits under it (hack/envtest/retry-on-exit.sh).
+	cd test/manifests && $(minor_env) ../../hack/envtest/retry-on-exit.sh "$(TEST_BIN_DIR)/manifests.test" -test.timeout=$(TEST_TIMEOUT) \
+		-ginkgo.label-filter='$(manifests_labels)'
+	$(if $(below_minimum),,cd controllers && $(minor_env) "$(TEST_BIN_DIR)/controllers.test" -test.run='^TestControllers$$' -ginkgo.label-filter=every-minor)
+	cd test/e2e && $(minor_env) "$(TEST_BIN_DIR)/e2e.test" -test.timeout=$(TEST_TIMEOUT) -ginkgo.label-filter=$(minor_labels)
+
+# The race detector runs where the project's concurrency lives: the controllers' specs, every unit
+# test and the end-to-end suite's drivers and kubelets. The manifests suite asks an API server for
+# its verdicts and renders installs, CPU-bound work the detector only slows.
+.PHONY: test-binaries
+test-binaries: ## Build the test binaries that make test and test-minor run in lanes, into bin/test.
+	mkdir -p "$(TEST_BIN_DIR)"
+	go test -c -race -o "$(TEST_BIN_DIR)/e2e.test" ./test/e2e
+	go test -c -o "$(TEST_BIN_DIR)/manifests.test" ./test/manifests
+	go test -c -race -o "$(TEST_BIN_DIR)/controllers.test" ./controllers
 
 # The minor whose own build shows that --emulated-version gives the same verdicts (make test-emulation).
 K8S_EMULATION_CHECK ?= 1.36.3
 
 .PHONY: test-emulation
-test-emulation: envtest chart-tool kustomize-releases ## Build K8S_EMULATION_CHECK's own kube-apiserver and kubemark and run test-minors' tests on them, to compare with its emulation.
-	@ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) ETCD="$(ENVTEST_ASSETS)/etcd" \
-		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)" kube-apiserver kubemark
-	$(call test-minor,ENVTEST_K8S_VERSION=$(K8S_EMULATION_CHECK) KUBEBUILDER_ASSETS="$(ENVTEST_DIR)/$(K8S_EMULATION_CHECK)-$(GOOS)-$(GOARCH)")
+test-emulation: test-binaries ## Build K8S_EMULATION_CHECK's own kube-apiserver and kubemark and run test-minor's tests on them, to compare with its emulation.
+	$(MAKE) --no-print-directory test-minor-run MINOR=1.36 K8S_RELEASE_1.36=$(K8S_EMULATION_CHECK) K8S_BINARIES_1.36="kube-apiserver kubemark"
 
 .PHONY: test-kubelet-skew
-test-kubelet-skew: envtest-minors ## Run the hollow-kubelet specs with the oldest supported kubelet (K8S_OLDEST's kubemark) against a newer API server.
-	ENVTEST_EMULATED_VERSION=$(K8S_KUBELET_SKEW_SERVER) KUBEMARK="$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)/kubemark" \
-		go test -count=1 ./test/e2e -args -ginkgo.focus='with the real kubelet'
+test-kubelet-skew: test-binaries ## Run the hollow-kubelet specs with the oldest supported kubelet (1.33's kubemark) against a newer API server.
+	$(MAKE) --no-print-directory test-minor-binaries MINOR=1.33
+	cd test/e2e && ENVTEST_EMULATED_VERSION=$(K8S_KUBELET_SKEW_SERVER) KUBEMARK="$(ENVTEST_DIR)/$(K8S_RELEASE_1.33)-$(GOOS)-$(GOARCH)/kubemark" \
+		"$(TEST_BIN_DIR)/e2e.test" -test.timeout=$(TEST_TIMEOUT) -ginkgo.focus='with the real kubelet'
 
 # The version test-release builds and tests; the release workflow sets the tag's, to compare.
 TEST_VERSION ?= v0.0.0-test
@@ -127,18 +167,41 @@ test-release: envtest chart-tool ## Build the release twice (TEST_VERSION, signe
 	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_DIST_AGAIN="$(TEST_RELEASE_DIR)/again" go test -tags release -count=1 -v ./test/release
 	RELEASE_VERSION=$(TEST_VERSION) RELEASE_DIST="$(TEST_RELEASE_DIR)/dist" RELEASE_SIGNING_KEY="$(TEST_RELEASE_DIR)/key/cosign.key" go -C hack/release test -count=1 -v ./...
 
+.PHONY: test-timings
+test-timings: ## Print the ten slowest test packages and specs of the last make test (and test-minors), from TIMINGS_DIR.
+	go run ./test/timings "$(TIMINGS_DIR)"
+
+# The package that holds the fuzz targets, and the targets make fuzz runs; startuptaint's
+# TestMakeFuzzNamesExistingTargets fails when one of them is gone.
+FUZZ_PACKAGE = ./startuptaint
+FUZZ_TARGETS = FuzzParseTaintSpec FuzzWithoutTaints
 FUZZTIME ?= 1m
 .PHONY: fuzz
 fuzz: ## Fuzz the taint flag parser and the taint filter for FUZZTIME each (make test runs their seed corpus).
-	go test ./controllers -run '^$$' -fuzz '^FuzzParseTaintSpec$$' -fuzztime $(FUZZTIME)
-	go test ./controllers -run '^$$' -fuzz '^FuzzWithoutTaints$$' -fuzztime $(FUZZTIME)
+	for target in $(FUZZ_TARGETS); do \
+		go test $(FUZZ_PACKAGE) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME); \
+	done
 
 .PHONY: docs
 docs: ## Write the flag reference, docs/flags.md, from the binary's own flag set.
 	UPDATE_DOCS=1 go test ./cmd -run '^TestTheFlagReferenceIsCurrent$$' -count=1
 
+.PHONY: verify
+verify: manifests ## Check that what is generated or formatted is current: the RBAC from the markers, the flag reference, every go.mod and go.sum, gofmt.
+	@git diff --exit-code -- config/ || { echo "config/ is stale: run 'make manifests' and commit the result" >&2; exit 1; }
+	@go test ./cmd -run '^TestTheFlagReferenceIsCurrent$$' -count=1 >/dev/null || { echo "docs/flags.md is stale: run 'make docs' and commit the result" >&2; exit 1; }
+	@for dir in $(GO_MODULES); do \
+		go -C "$$dir" mod tidy -diff >/dev/null || { echo "$$dir/go.mod is not tidy: run 'go -C $$dir mod tidy' and commit the result" >&2; exit 1; }; \
+	done
+	@unformatted=$$(git ls-files '*.go' | xargs gofmt -l); [[ -z "$$unformatted" ]] || { echo "gofmt would change: $$unformatted" >&2; exit 1; }
+
+# The Go modules with code of the project's own; the tools modules (hack/envtest, hack/kustomize,
+# hack/vuln) pin others' commands, and their scripts write them.
+GO_MODULES = . hack/chart hack/promql hack/release $(PLUGIN_DIR)
+
 .PHONY: lint
-lint: golangci-lint helm-lint ## Run golangci-lint on the five Go modules with code, and lint the Helm chart.
+lint: golangci-lint helm-lint actionlint ## Run golangci-lint on the five Go modules with code, lint the Helm chart and the GitHub workflows.
+	"$(ACTIONLINT)" -shellcheck= .github/workflows/*.yaml
 	"$(GOLANGCI_LINT)" run
 	cd hack/chart && "$(GOLANGCI_LINT)" run
 	cd hack/promql && "$(GOLANGCI_LINT)" run
@@ -295,6 +358,7 @@ KUBECTL ?= kubectl
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+ACTIONLINT ?= $(LOCALBIN)/actionlint
 # Lints, renders and packages the chart with the Helm Go SDK (hack/chart, a module of its own).
 CHART_TOOL ?= $(LOCALBIN)/chart
 export CHART_TOOL
@@ -303,6 +367,7 @@ export CHART_TOOL
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+ACTIONLINT_VERSION ?= v1.7.12
 
 .PHONY: kustomize
 kustomize: $(LOCALBIN) ## Build the pinned kustomize (KUSTOMIZE_VERSION) from hack/kustomize if necessary.
@@ -312,6 +377,11 @@ kustomize: $(LOCALBIN) ## Build the pinned kustomize (KUSTOMIZE_VERSION) from ha
 .PHONY: kustomize-releases
 kustomize-releases: ## Build every kustomize release that kubectl, Argo CD and Flux bundle (hack/kustomize), once per machine.
 	hack/kustomize/build.sh "$(KUSTOMIZE_RELEASES)"
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Build actionlint locally if necessary.
+$(ACTIONLINT): $(LOCALBIN)
+	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint locally if necessary.
@@ -331,12 +401,11 @@ chart-tool: $(LOCALBIN) ## Build hack/chart (the Helm Go SDK; go build skips it 
 envtest: ## Build kube-apiserver, etcd, kubemark (the hollow kubelet), kube-scheduler and kube-controller-manager from their Go modules (once; skipped when present).
 	@ENVTEST_K8S_VERSION=$(ENVTEST_K8S_VERSION) hack/envtest/build.sh "$(KUBEBUILDER_ASSETS)"
 
-.PHONY: envtest-minors
-envtest-minors: envtest ## Build K8S_OLDEST's kube-apiserver and kubemark, and K8S_BELOW_OLDEST's kube-apiserver, beside ENVTEST_K8S_VERSION's etcd (once; skipped when present).
-	@ENVTEST_K8S_VERSION=$(K8S_OLDEST) ETCD="$(ENVTEST_ASSETS)/etcd" \
-		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_OLDEST)-$(GOOS)-$(GOARCH)" kube-apiserver kubemark
-	@ENVTEST_K8S_VERSION=$(K8S_BELOW_OLDEST) ETCD="$(ENVTEST_ASSETS)/etcd" \
-		hack/envtest/build.sh "$(ENVTEST_DIR)/$(K8S_BELOW_OLDEST)-$(GOOS)-$(GOARCH)" kube-apiserver
+.PHONY: test-minor-binaries
+test-minor-binaries: envtest ## Build MINOR's own kube-apiserver (and kubemark for 1.33) beside ENVTEST_K8S_VERSION's etcd, when K8S_RELEASE_<MINOR> names a release (once; skipped when present).
+	@[[ "$(MINOR)" =~ ^1\.[0-9]+$$ ]] || { echo "MINOR: \"$(MINOR)\" is not a minor such as 1.34" >&2; exit 2; }
+	@[[ -z "$(minor_release)" ]] || ENVTEST_K8S_VERSION=$(minor_release) ETCD="$(ENVTEST_ASSETS)/etcd" \
+		hack/envtest/build.sh "$(ENVTEST_DIR)/$(minor_release)-$(GOOS)-$(GOARCH)" $(or $(K8S_BINARIES_$(MINOR)),kube-apiserver)
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary

@@ -206,22 +206,34 @@ func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
 }
 
 // TestTheStatedMinimumIsTheTestedOne checks that the oldest supported minor of Kubernetes is one
-// number: the agent's (startuptaint.MinKubernetesMinor), the one make test-minors builds and the
-// one below it where the agent must refuse, and the one the install page states; and that the
-// page states each feature's own minimum as the code declares it.
+// number: the agent's (startuptaint.MinKubernetesMinor), the oldest make test-minors runs on a
+// build of its own, and the one below it where the agent must refuse, and the one the install
+// page states; and that the page states each feature's own minimum as the code declares it.
 func TestTheStatedMinimumIsTheTestedOne(t *testing.T) {
 	makefile, err := os.ReadFile(filepath.Join(repo, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for variable, want := range map[string]int{"K8S_OLDEST": startuptaint.MinKubernetesMinor, "K8S_BELOW_OLDEST": startuptaint.MinKubernetesMinor - 1} {
-		m := regexp.MustCompile(`(?m)^` + variable + ` \?= (\S+)$`).FindSubmatch(makefile)
+	setting := func(variable string) string {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(variable) + ` \??= (.+)$`).FindSubmatch(makefile)
 		if m == nil {
 			t.Errorf("the Makefile sets no %s", variable)
-			continue
+			return ""
 		}
-		if got, ok := startuptaint.ServerMinor(string(m[1])); !ok || got != want {
-			t.Errorf("the Makefile's %s is %s, want a release of 1.%d", variable, m[1], want)
+		return string(m[1])
+	}
+	below := fmt.Sprintf("1.%d", startuptaint.MinKubernetesMinor-1)
+	oldest := fmt.Sprintf("1.%d", startuptaint.MinKubernetesMinor)
+	if got := setting("K8S_BELOW_MINIMUM"); got != below {
+		t.Errorf("the Makefile's K8S_BELOW_MINIMUM is %s, want %s", got, below)
+	}
+	minors := strings.Fields(setting("K8S_MINORS"))
+	if len(minors) < 2 || minors[0] != below || minors[1] != oldest {
+		t.Errorf("the Makefile's K8S_MINORS is %v, want %s and %s first", minors, below, oldest)
+	}
+	for _, minor := range []string{below, oldest} {
+		if got, ok := startuptaint.ServerMinor(setting("K8S_RELEASE_" + minor)); !ok || fmt.Sprintf("1.%d", got) != minor {
+			t.Errorf("the Makefile's K8S_RELEASE_%s is not a release of %s: both run on a build of their own", minor, minor)
 		}
 	}
 	install, err := os.ReadFile(filepath.Join(repo, "docs/install.md"))

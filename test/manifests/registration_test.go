@@ -254,7 +254,8 @@ var _ = Describe("taint at registration", func() {
 				name := nodeName()
 				o := hollowkubelet.Options{Kubeconfig: kubeletKubeconfig(ctx, name), Node: name, Labels: pool, Log: GinkgoWriter}
 				Expect(firstVersion(ctx, name, o).Spec.Taints).To(ContainElements(startup()))
-				Expect(patchNode(ctx, k8sClient, name, func(n *corev1.Node) {
+				// kubelet may still be writing the Node it registered: retried on conflicts, as the agent is.
+				Expect(expectations.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
 					n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
 				})).To(Succeed(), "the taints are removed, as the agent does")
 
