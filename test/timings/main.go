@@ -87,7 +87,8 @@ func read(dir string) (packages, specs []timed, err error) {
 		suite := strings.TrimSuffix(filepath.Base(path), ".json")
 		for _, s := range suites {
 			for _, spec := range s.SpecReports {
-				if spec.LeafNodeType != types.NodeTypeIt {
+				// A lane's report lists the specs its label filter left out too, as skipped.
+				if spec.LeafNodeType != types.NodeTypeIt || spec.State == types.SpecStateSkipped {
 					continue
 				}
 				// The innermost container and the spec: enough to find it, short enough to read.
