@@ -222,6 +222,20 @@ func TestRecordBootLeavesARecordBeyondTheBoundsAsItIs(t *testing.T) {
 	}
 }
 
+// An empty record (`boot=` where `boot-` was meant) has no entries, for the agent as for the
+// admission policy: the agent's first entry is the whole record, with no empty entry before it.
+func TestRecordBootWritesItsEntryAloneIntoAnEmptyRecord(t *testing.T) {
+	const key = "disk.example.com/agent-not-ready"
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{startuptaint.BootAnnotation: ""}},
+		Status:     corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-1"}},
+	}
+	recordBoot(node, []string{key})
+	if got, want := node.Annotations[startuptaint.BootAnnotation], key+"=boot-1"; got != want {
+		t.Errorf("recordBoot into an empty record: %q, want %q", got, want)
+	}
+}
+
 const testConditionType = "example.com/AgentReady"
 
 // countStatusPatches counts the status writes that reach the client.

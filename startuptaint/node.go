@@ -65,11 +65,13 @@ func BootRecordReadable(v string) bool {
 	return utf8.RuneCountInString(v) <= MaxBootRecordLength && strings.Count(v, ",") < MaxBootRecordEntries
 }
 
-// BootRecord returns BootAnnotation's entries as written; nil when the Node has none, or one
-// beyond the bounds (see BootRecordReadable).
+// BootRecord returns BootAnnotation's entries as written; nil when the Node has none, an empty one
+// (`kubectl annotate node N startup-taint-remover.github.io/boot=`, where `boot-` was meant), or one
+// beyond the bounds (see BootRecordReadable). The admission policy reads an empty record as no
+// entries too: an agent that read it as one empty entry would keep it in its write, and be refused.
 func BootRecord(n *corev1.Node) []string {
-	v, ok := n.Annotations[BootAnnotation]
-	if !ok || !BootRecordReadable(v) {
+	v := n.Annotations[BootAnnotation]
+	if v == "" || !BootRecordReadable(v) {
 		return nil
 	}
 	return strings.Split(v, ",")

@@ -33,6 +33,9 @@ func TestTheRecordsReadAsThePolicyReadsThem(t *testing.T) {
 	if got := BootRecord(node(map[string]string{})); got != nil {
 		t.Errorf("BootRecord of a Node without the record = %q, want nil", got)
 	}
+	if got := BootRecord(node(map[string]string{BootAnnotation: ""})); got != nil {
+		t.Errorf("BootRecord of an empty record = %q, want nil, as the admission policy reads it", got)
+	}
 	// A record beyond either bound is read as none, as the admission policy reads it.
 	own := "a=boot-1"
 	for name, tc := range map[string]struct {

@@ -1038,6 +1038,24 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 				Expect(patchNode(ctx, asAgent(own), own, removeStartup)).To(Succeed(), "the removal that leaves the record alone")
 			})
 
+			// `kubectl annotate node N startup-taint-remover.github.io/boot=`, where `boot-` was meant,
+			// leaves an empty record: the agent and the policy both read it as no entries, so the real
+			// controller's removal, which records the boot, is admitted (it was refused [boot-record]
+			// while the agent read one empty entry and kept it).
+			It("lets the real controller remove its taints and record the boot on a Node whose boot record is empty", func(ctx SpecContext) {
+				own := newNode(ctx)
+				Expect(writeStatus(ctx, kubelet(ctx, own), own, func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-1" })).To(Succeed())
+				Expect(patchNode(ctx, k8sClient, own, func(n *corev1.Node) { n.Annotations[startuptaint.BootAnnotation] = "" })).To(Succeed())
+				startAgent(a.config(own), own, a.taints, nil)
+				Eventually(func(g Gomega) {
+					node := &corev1.Node{}
+					g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: own}, node)).To(Succeed())
+					g.Expect(startuptaint.MatchingTaints(node.Spec.Taints, a.taints)).To(BeEmpty())
+					g.Expect(strings.Split(node.Annotations[startuptaint.BootAnnotation], ",")).To(
+						And(ContainElement(a.taints[0].Key+"=boot-1"), Not(ContainElement(""))))
+				}).Should(Succeed())
+			})
+
 			It("lets the agent put its taint back after a reboot and while kubelet shuts the Node down, keeping its boot record its own", func(ctx SpecContext) {
 				own := newNode(ctx)
 				// kubelet reports its boot, as its status setter does; the agent removes its taints
