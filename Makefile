@@ -112,15 +112,18 @@ minor_labels = $(if $(below_minimum),below-minimum,every-minor)
 manifests_labels = $(if $(below_minimum),below-minimum,!render-only)&&!same-policy-render
 
 .PHONY: test-minors
-test-minors: test-binaries ## Run test-minor on each of K8S_MINORS, side by side (hack/lanes.sh).
+test-minors: envtest chart-tool kustomize-releases test-binaries ## Run test-minor on each of K8S_MINORS, side by side (hack/lanes.sh).
 	hack/lanes.sh "$(TIMINGS_DIR)" $(foreach m,$(K8S_MINORS),minor-$(m) "$(MAKE) --no-print-directory test-minor-run MINOR=$(m)")
 
 .PHONY: test-minor
-test-minor: test-binaries test-minor-run ## Run on MINOR (e.g. MINOR=1.34) what its API server changes: each distinct policy render compiled and attacked, the self-check, the binary; below the minimum, the attack table and the agent that writes nothing.
+test-minor: envtest chart-tool kustomize-releases test-binaries ## Run on MINOR (e.g. MINOR=1.34) what its API server changes: each distinct policy render compiled and attacked, the self-check, the binary; below the minimum, the attack table and the agent that writes nothing.
+	$(MAKE) --no-print-directory test-minor-run MINOR=$(MINOR)
 
-# test-minor once the test binaries are built.
+# test-minor once what every minor shares is built: it builds MINOR's own binaries alone, so that
+# test-minors' lanes never build one thing at once.
 .PHONY: test-minor-run
-test-minor-run: test-minor-binaries chart-tool kustomize-releases
+test-minor-run:
+	$(build-minor)
 	@# The manifests suite runs again, once, when the API server exits under it (hack/envtest/retry-on-exit.sh).
 	cd test/manifests && $(minor_env) ../../hack/envtest/retry-on-exit.sh "$(TEST_BIN_DIR)/manifests.test" -test.timeout=$(TEST_TIMEOUT) \
 		-ginkgo.label-filter='$(manifests_labels)'
@@ -141,11 +144,11 @@ test-binaries: ## Build the test binaries that make test and test-minor run in l
 K8S_EMULATION_CHECK ?= 1.36.3
 
 .PHONY: test-emulation
-test-emulation: test-binaries ## Build K8S_EMULATION_CHECK's own kube-apiserver and kubemark and run test-minor's tests on them, to compare with its emulation.
+test-emulation: envtest chart-tool kustomize-releases test-binaries ## Build K8S_EMULATION_CHECK's own kube-apiserver and kubemark and run test-minor's tests on them, to compare with its emulation.
 	$(MAKE) --no-print-directory test-minor-run MINOR=1.36 K8S_RELEASE_1.36=$(K8S_EMULATION_CHECK) K8S_BINARIES_1.36="kube-apiserver kubemark"
 
 .PHONY: test-kubelet-skew
-test-kubelet-skew: test-binaries ## Run the hollow-kubelet specs with the oldest supported kubelet (1.33's kubemark) against a newer API server.
+test-kubelet-skew: envtest test-binaries ## Run the hollow-kubelet specs with the oldest supported kubelet (1.33's kubemark) against a newer API server.
 	$(MAKE) --no-print-directory test-minor-binaries MINOR=1.33
 	cd test/e2e && ENVTEST_EMULATED_VERSION=$(K8S_KUBELET_SKEW_SERVER) KUBEMARK="$(ENVTEST_DIR)/$(K8S_RELEASE_1.33)-$(GOOS)-$(GOARCH)/kubemark" \
 		"$(TEST_BIN_DIR)/e2e.test" -test.timeout=$(TEST_TIMEOUT) -ginkgo.focus='with the real kubelet'
@@ -403,9 +406,13 @@ envtest: ## Build kube-apiserver, etcd, kubemark (the hollow kubelet), kube-sche
 
 .PHONY: test-minor-binaries
 test-minor-binaries: envtest ## Build MINOR's own kube-apiserver (and kubemark for 1.33) beside ENVTEST_K8S_VERSION's etcd, when K8S_RELEASE_<MINOR> names a release (once; skipped when present).
-	@[[ "$(MINOR)" =~ ^1\.[0-9]+$$ ]] || { echo "MINOR: \"$(MINOR)\" is not a minor such as 1.34" >&2; exit 2; }
-	@[[ -z "$(minor_release)" ]] || ENVTEST_K8S_VERSION=$(minor_release) ETCD="$(ENVTEST_ASSETS)/etcd" \
-		hack/envtest/build.sh "$(ENVTEST_DIR)/$(minor_release)-$(GOOS)-$(GOARCH)" $(or $(K8S_BINARIES_$(MINOR)),kube-apiserver)
+	$(build-minor)
+
+define build-minor
+@[[ "$(MINOR)" =~ ^1\.[0-9]+$$ ]] || { echo "MINOR: \"$(MINOR)\" is not a minor such as 1.34" >&2; exit 2; }
+@[[ -z "$(minor_release)" ]] || ENVTEST_K8S_VERSION=$(minor_release) ETCD="$(ENVTEST_ASSETS)/etcd" \
+	hack/envtest/build.sh "$(ENVTEST_DIR)/$(minor_release)-$(GOOS)-$(GOARCH)" $(or $(K8S_BINARIES_$(MINOR)),kube-apiserver)
+endef
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary
