@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,11 +38,13 @@ const NodeAgentsName = "daemonsets"
 const NodeAgentLabel = "startup-taint-remover.github.io/node-agent"
 
 // The reason classes of the node agents' gate: a DaemonSet's pod the DaemonSet controller has not
-// created here yet, one not Ready, and one whose registrar does not serve kubelet yet.
+// created here yet, one the scheduler has not placed here for a minute though the node has room for
+// it, one not Ready, and one whose registrar does not serve kubelet yet.
 const (
-	ReasonNoDaemonPod         = "no_daemon_pod"
-	ReasonDaemonPodNotReady   = "daemon_pod_not_ready"
-	ReasonRegistrarNotServing = "registrar_not_serving"
+	ReasonNoDaemonPod            = "no_daemon_pod"
+	ReasonDaemonPodUnschedulable = "daemon_pod_unschedulable"
+	ReasonDaemonPodNotReady      = "daemon_pod_not_ready"
+	ReasonRegistrarNotServing    = "registrar_not_serving"
 )
 
 // NodeAgents says which DaemonSets count as node agents.
@@ -239,7 +242,9 @@ func (g *NodeAgentsGate) pendingPods(ctx context.Context, lister client.Reader) 
 func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
 	serving func() ([]Plugin, error), pending func(namespace string) ([]corev1.Pod, error)) error {
 	self := g.selfPod(pods)
-	waiting := map[string][]string{}
+	// waiting are the DaemonSets that hold the node by reason class; named, the same as the message
+	// names them.
+	waiting, named := map[string][]string{}, map[string][]string{}
 	var reasons []string
 	for i := range daemons {
 		ds := &daemons[i]
@@ -247,6 +252,7 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 			continue
 		}
 		pod := podOf(ds, pods)
+		name := ds.Namespace + "/" + ds.Name
 		var why string
 		switch {
 		case pod == nil:
@@ -254,8 +260,17 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 			if err != nil {
 				return err
 			}
-			if placing == nil || !g.unplaceable(placing) {
+			switch scheduled := unschedulableFor(placing, g.clock); {
+			case scheduled == nil:
 				why = ReasonNoDaemonPod
+			case neverFits(placing, node):
+				// It asks more than the node has at all: it would hold the node without ever
+				// running, whatever else runs there.
+			default:
+				// The scheduler's verdict counts every pod on the node, a tenant's too: it
+				// never releases the node, it only says why the node is held.
+				why = ReasonDaemonPodUnschedulable
+				name += fmt.Sprintf(" (pod %s: %s)", placing.Name, clip(scheduled.Message, maxSchedulerMessage))
 			}
 		case !podReady(pod):
 			why = ReasonDaemonPodNotReady
@@ -275,6 +290,7 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 			reasons = append(reasons, why)
 		}
 		waiting[why] = append(waiting[why], ds.Namespace+"/"+ds.Name)
+		named[why] = append(named[why], name)
 	}
 	if len(reasons) == 0 {
 		return nil
@@ -282,7 +298,11 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 	parts := make([]string, 0, len(reasons))
 	var holders []string
 	for _, r := range reasons {
-		parts = append(parts, waitingFor[r]+": "+strings.Join(waiting[r], ", "))
+		part := waitingFor[r] + ": " + strings.Join(named[r], ", ")
+		if fix := fixFor[r]; fix != "" {
+			part += ". " + fix
+		}
+		parts = append(parts, part)
 		holders = append(holders, waiting[r]...)
 	}
 	slices.Sort(holders)
@@ -293,9 +313,17 @@ func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, po
 
 // waitingFor says what each reason class means, before the DaemonSets it names.
 var waitingFor = map[string]string{
-	ReasonNoDaemonPod:         "DaemonSets without a pod on this node yet",
+	ReasonNoDaemonPod: "DaemonSets without a pod on this node yet",
+	ReasonDaemonPodUnschedulable: "DaemonSets whose pod the scheduler has not placed on this node for a minute, " +
+		"though the node has room for it: other pods there hold what it asks",
 	ReasonDaemonPodNotReady:   "DaemonSets whose pod on this node is not Ready",
 	ReasonRegistrarNotServing: "DaemonSets whose pod mounts kubelet's plugins registry read-write and serves no plugin there yet",
+}
+
+// fixFor is the one-line fix of a reason class, where the class has one.
+var fixFor = map[string]string{
+	ReasonDaemonPodUnschedulable: "Give the DaemonSet priorityClassName system-node-critical, so that its pod preempts them, " +
+		"or set --max-wait to release such a node",
 }
 
 // counts reports whether ds is a node agent this node waits for.
@@ -370,19 +398,51 @@ func (g *NodeAgentsGate) inNamespaces(ns string) bool {
 }
 
 // unplaceableAfter is how long the scheduler must have found a node agent's pod unschedulable
-// before it stops holding the node: long enough for a preemption, or a resource freed at boot,
-// to place it.
+// before the gate looks at why: long enough for a preemption, or a resource freed at boot, to place
+// it.
 const unplaceableAfter = time.Minute
 
-// unplaceable reports whether the scheduler has found pod unschedulable, without a change, for
-// unplaceableAfter: it asks more than this node has, or a port another pod holds, and uses
-// nothing here, so it would hold the node without ever running. A daemon pod can only go to its
-// own node, so the scheduler's verdict is about this node.
-func (g *NodeAgentsGate) unplaceable(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
-			g.clock.Since(c.LastTransitionTime.Time) >= unplaceableAfter
-	})
+// maxSchedulerMessage bounds how much of the scheduler's message a verdict repeats.
+const maxSchedulerMessage = 200
+
+// unschedulableFor returns pod's PodScheduled condition when the scheduler has found it
+// unschedulable, without a change, for unplaceableAfter, or nil. A daemon pod can only go to its
+// own node, so the verdict is about this node; but it counts every pod there, and anyone who may
+// create a pod can fill a node, so it never decides alone (neverFits does).
+func unschedulableFor(pod *corev1.Pod, clk clock.PassiveClock) *corev1.PodCondition {
+	if pod == nil {
+		return nil
+	}
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+			clk.Since(c.LastTransitionTime.Time) >= unplaceableAfter {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// neverFits reports whether pod asks more of some resource than node has allocatable at all, so
+// that no eviction or preemption could place it: it would hold the node without ever running. It
+// reads the pod, which the DaemonSet controller made from its template, and the Node alone, never
+// the other pods on the node. A resource the Node does not list yet (a device plugin's, before it
+// registers) may still come, and holds.
+func neverFits(pod *corev1.Pod, node *corev1.Node) bool {
+	for name, asked := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		if has, ok := node.Status.Allocatable[name]; ok && asked.Cmp(has) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// clip returns s cut to at most n bytes (less a rune cut in two), marked when cut, so one long
+// message leaves room in a verdict for the DaemonSets after it.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // placing returns ds's pod for node that the scheduler has not placed yet, or nil: the DaemonSet
