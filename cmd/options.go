@@ -242,7 +242,8 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 	fs.Var(listFlag[string]{items: &o.nodeAgentNamespaces, parse: parseNamespace, sep: ","}, "node-agent-namespaces",
 		"The namespaces whose DaemonSets --node-agents counts, comma-separated; the agent reads DaemonSets and pods there only, "+
 			"and its grant is a Role in each. Name only namespaces where the cluster admin alone creates DaemonSets and pods: "+
-			"anyone who can may hold new nodes. Defaults to kube-system and the agent's own namespace (POD_NAMESPACE).")
+			"anyone who can may hold new nodes. Defaults to kube-system and the agent's own namespace (POD_NAMESPACE), unless that "+
+			"is default, where anyone's pods land.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, or for a taint put back after a "+
 			"reboot since the boot, even if a gate does not pass; 0 (the default) waits forever.")

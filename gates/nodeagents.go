@@ -135,9 +135,11 @@ func NewNodeAgentsGate(o NodeAgentsOptions) *NodeAgentsGate {
 
 // DefaultNodeAgentNamespaces are the namespaces whose DaemonSets count as node agents unless
 // others are named: kube-system, where clusters run their own node agents, and the agent's own
-// (when known), where an install runs its agents beside it. Tenants are not given either.
+// (when known), where an install runs its agents beside it. Tenants are not given either. The
+// agent's own is left out when it is "default", where `helm install` without a namespace puts it:
+// that is where anyone's `kubectl run` lands, and many clusters let every user create pods there.
 func DefaultNodeAgentNamespaces(own string) []string {
-	if own == "" || own == metav1.NamespaceSystem {
+	if own == "" || own == metav1.NamespaceSystem || own == metav1.NamespaceDefault {
 		return []string{metav1.NamespaceSystem}
 	}
 	return []string{metav1.NamespaceSystem, own}

@@ -97,8 +97,9 @@ func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{startup}}}
 	inNamespace := func(ns string) func(*appsv1.DaemonSet) { return func(ds *appsv1.DaemonSet) { ds.Namespace = ns } }
 	cni, csi, tenant := daemonSet("cni"), daemonSet("csi", inNamespace("storage")), daemonSet("hold", inNamespace("tenant"))
-	c := nodeAgentsClient(cni, csi, tenant,
-		daemonPodOn(cni, "n1", true), daemonPodOn(csi, "n1", false), daemonPodOn(tenant, "n1", false))
+	squat := daemonSet("squat", inNamespace(metav1.NamespaceDefault))
+	c := nodeAgentsClient(cni, csi, tenant, squat,
+		daemonPodOn(cni, "n1", true), daemonPodOn(csi, "n1", false), daemonPodOn(tenant, "n1", false), daemonPodOn(squat, "n1", false))
 	for _, tc := range []struct {
 		name       string
 		own        string
@@ -107,6 +108,7 @@ func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
 	}{
 		{"the defaults, the agent in kube-system", "kube-system", nil, nil},
 		{"the defaults, the agent beside its agents", "storage", nil, []string{"storage/csi"}},
+		{"the defaults, the agent in default, where anyone's pods land", "default", nil, nil},
 		{"named", "kube-system", []string{"storage", "kube-system"}, []string{"storage/csi"}},
 		{"a tenant's namespace named", "kube-system", []string{"tenant"}, []string{"tenant/hold"}},
 	} {

@@ -207,6 +207,21 @@ func TestRequiredPodsGrantReadsInTheirNamespacesOnly(t *testing.T) {
 	}
 }
 
+// A release in default (helm install without -n) leaves default out of the node agents'
+// namespaces, where anyone's pods land; another release's namespace counts, beside kube-system.
+func TestTheNodeAgentsNamespacesLeaveDefaultOut(t *testing.T) {
+	for namespace, want := range map[string]string{"default": "kube-system", "storage": "kube-system,storage",
+		"kube-system": "kube-system"} {
+		out, err := Template(chartDir, "str", namespace, nil, []string{"nodeAgents=all"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flag := "- --node-agent-namespaces=" + want + "\n"; !strings.Contains(out, flag) {
+			t.Errorf("in %s: the render lacks %q", namespace, flag)
+		}
+	}
+}
+
 // The crash policy comes with every release on a Kubernetes that serves MutatingAdmissionPolicy
 // v1 (1.36 on), bound to every Node, and never where the API server would refuse its kind, nor in
 // conditions-only mode, which writes no taint.

@@ -173,9 +173,10 @@ str.nodeAgents is "true" when the node agents' gate is on: the top-level one, or
 
 {{- /*
 str.nodeAgentNamespaces is --node-agent-namespaces, comma-separated: nodeAgentNamespaces, or
-kube-system and the release's namespace, as the agent's own default.
+kube-system and the release's namespace, as the agent's own default: the release's namespace left
+out when it is default (helm install without -n), where anyone's pods land.
 */ -}}
 {{- define "str.nodeAgentNamespaces" -}}
-{{- $namespaces := .Values.nodeAgentNamespaces | default (list "kube-system" .Release.Namespace) -}}
+{{- $namespaces := .Values.nodeAgentNamespaces | default (without (list "kube-system" .Release.Namespace) "default") -}}
 {{- $namespaces | uniq | join "," -}}
 {{- end }}
