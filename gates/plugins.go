@@ -47,8 +47,14 @@ const (
 // whatever the root (/var/lib/kubelet, or a distribution's own).
 const registryDirName = "plugins_registry"
 
-// getInfoTimeout bounds each GetInfo; a registration server answers at once.
+// getInfoTimeout bounds a whole look at the registry, every socket in it asked at once: a
+// registration server answers at once, and sockets that accept and never answer cost it once, not
+// once each.
 const getInfoTimeout = time.Second
+
+// maxAsked bounds the sockets asked at once; the registry holds a few, one per plugin, and a
+// socket left over waits for a slot within the same bound.
+const maxAsked = 16
 
 // A socket whose GetInfo failed is asked again only after a backoff, from firstRetry doubling to
 // maxRetry, so that one that accepts and never answers costs getInfoTimeout that often, not at every
@@ -109,7 +115,8 @@ func NewPluginRegistry(dir string) *PluginRegistry {
 func (r *PluginRegistry) Root() string { return filepath.Dir(r.dir) }
 
 // Serving returns the plugins whose registration servers answer now, in the order of their
-// sockets' names. A registry that does not exist has none.
+// sockets' names, asking the sockets side by side within getInfoTimeout in all. A registry that
+// does not exist has none.
 func (r *PluginRegistry) Serving(ctx context.Context) ([]Plugin, error) {
 	entries, err := os.ReadDir(r.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -118,16 +125,34 @@ func (r *PluginRegistry) Serving(ctx context.Context) ([]Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading kubelet's plugins registry: %w", err)
 	}
-	var out []Plugin
+	var paths []string
 	seen := map[string]bool{}
 	for _, e := range entries {
-		if e.Type()&fs.ModeSocket == 0 {
-			continue
+		if e.Type()&fs.ModeSocket != 0 {
+			path := filepath.Join(r.dir, e.Name())
+			paths = append(paths, path)
+			seen[path] = true
 		}
-		path := filepath.Join(r.dir, e.Name())
-		seen[path] = true
-		if info, ok := r.serving(ctx, path); ok {
-			out = append(out, Plugin{PluginInfo: info, Socket: path})
+	}
+	ctx, cancel := context.WithTimeout(ctx, getInfoTimeout)
+	defer cancel()
+	found := make([]*csi.PluginInfo, len(paths))
+	slots := make(chan struct{}, maxAsked)
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			if info, ok := r.serving(ctx, path); ok {
+				found[i] = &info
+			}
+		})
+	}
+	wg.Wait()
+	var out []Plugin
+	for i, info := range found {
+		if info != nil {
+			out = append(out, Plugin{PluginInfo: *info, Socket: paths[i]})
 		}
 	}
 	r.mu.Lock()
@@ -140,8 +165,12 @@ func (r *PluginRegistry) Serving(ctx context.Context) ([]Plugin, error) {
 	return out, nil
 }
 
-// serving returns what the registration server on path registers, when it answers.
+// serving returns what the registration server on path registers, when it answers. Once ctx is
+// done, a socket is not asked, and not held to have failed.
 func (r *PluginRegistry) serving(ctx context.Context, path string) (csi.PluginInfo, bool) {
+	if ctx.Err() != nil {
+		return csi.PluginInfo{}, false
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return csi.PluginInfo{}, false
@@ -165,9 +194,7 @@ func (r *PluginRegistry) serving(ctx context.Context, path string) (csi.PluginIn
 	}
 	c := csi.NewIdentityClient(path)
 	defer c.Close()
-	callCtx, cancel := context.WithTimeout(ctx, getInfoTimeout)
-	defer cancel()
-	info, err := c.GetInfo(callCtx)
+	info, err := c.GetInfo(ctx)
 	if err != nil || info.Name == "" {
 		backoff := firstRetry
 		if sameBind {

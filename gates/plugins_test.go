@@ -5,6 +5,7 @@ package gates
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -77,6 +78,39 @@ func TestThePluginsGateWaitsUntilKubeletHasRegisteredEveryServingPlugin(t *testi
 		if got != tc.want {
 			t.Errorf("%s: reason %q, want %q (%v)", tc.name, got, tc.want, err)
 		}
+	}
+}
+
+// Sockets that accept and never answer cost one GetInfo timeout in all, not one each: a registrar
+// after ten of them still serves within a deadline of a few of those timeouts (issue 57, E5).
+func TestSocketsThatNeverAnswerCostOneTimeoutInAll(t *testing.T) {
+	const driver = "example.csi.k8s.io"
+	registry, err := os.MkdirTemp("", "str-reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(registry) })
+	for i := range 10 {
+		// Named before the registrar's socket, so asked first in the registry's order.
+		l, err := net.Listen("unix", filepath.Join(registry, fmt.Sprintf("a-mute-%d.sock", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+	}
+	reg, err := fakecsi.Register(registry, driver, "/var/lib/kubelet/plugins/"+driver+"/csi.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Unregister)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*getInfoTimeout)
+	defer cancel()
+	plugins, err := NewPluginRegistry(registry).Serving(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plugins) != 1 || plugins[0].Name != driver {
+		t.Fatalf("serving %v within %s; want the registrar's %s", plugins, 4*getInfoTimeout, driver)
 	}
 }
 
