@@ -42,7 +42,22 @@ func (r *NodeReconciler) report(ctx context.Context, node *corev1.Node, p *plan)
 		// confinement check reports that (RemovalRefused).
 		log.FromContext(ctx).Info("the boot record was refused; a reboot will not put the taint back until it is written",
 			"error", p.err.Error())
+	case p.bootRecordFull:
+		r.reportBootRecordFull(node, startuptaint.SpecKeys(p.specs))
 	}
+}
+
+// reportBootRecordFull warns that the boot record still names another boot for keys, because
+// this boot's entries would take it beyond its bounds. The agent leaves it so, holding rather than
+// releasing: the crash policy puts the taint back after an outage in this boot, and the agent takes
+// it off again once its gates pass, as after a reboot.
+func (r *NodeReconciler) reportBootRecordFull(node *corev1.Node, keys []string) {
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonBootRecordFull, "RecordBoot",
+		"The boot record %s cannot take this boot's entries for %s within %d characters and %d entries, so it still "+
+			"names the boot before: after an outage in this boot, the startup taint goes back until the agent's gates pass "+
+			"again. Keep only the entries of installs that still run (kubectl annotate --overwrite node %s %s=KEY=BOOT,...)",
+		startuptaint.BootAnnotation, strings.Join(keys, ", "), startuptaint.MaxBootRecordLength, startuptaint.MaxBootRecordEntries,
+		node.Name, startuptaint.BootAnnotation)
 }
 
 // reportCSIDriver reports, once, what the group's CSIDriver means for this install (observe.go).

@@ -168,15 +168,17 @@ func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
 			return
 		}
 	}
-	if p.v.notReady == nil {
-		p.recordBoot = !r.DryRun && bootBehind(node, p.specs)
+	if p.v.notReady == nil && !r.DryRun && bootBehind(node, p.specs) {
+		_, p.recordBoot = bootRecordWith(node, startuptaint.SpecKeys(p.specs))
+		p.bootRecordFull = !p.recordBoot
 	}
 }
 
 // bootBehind reports whether the record should be brought up to this boot for the group's specs:
 // an entry of theirs is from another boot, or one is missing while the Node's removed record says
 // the taint was removed once (by an agent from before the boot record, or its entry was lost);
-// never for a record beyond startuptaint's bounds.
+// never for a record beyond startuptaint's bounds, nor while the Node reports no boot ID. One
+// that this boot's entries would take beyond them stays behind: bootRecordWith says so.
 func bootBehind(n *corev1.Node, specs []startuptaint.TaintSpec) bool {
 	boot := startuptaint.BootID(n)
 	if v, ok := n.Annotations[startuptaint.BootAnnotation]; boot == "" || ok && !startuptaint.BootRecordReadable(v) {

@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,31 @@ func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing
 	e.reconcile()
 	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a restart after the record was brought up to date read as a reboot", got)
+	}
+}
+
+// A record that this boot's entry would take beyond its bounds (here: exactly full, with the
+// agent's entry of the boot before, and a longer boot ID) stays as it is, and the agent says so:
+// it holds rather than releases, for the crash policy puts the taint back after an outage in this
+// boot, and the agent takes it off again once its gates pass (issue 57, G16).
+func TestABootRecordThisBootWouldOverflowIsLeftAndReported(t *testing.T) {
+	node := testNode("uid-b6", foreign)
+	node.Status.NodeInfo.BootID = "boot-22"
+	own := startup.Key + "=boot-1"
+	record := strings.Repeat("x", startuptaint.MaxBootRecordLength-len(own)-1) + "," + own
+	node.Annotations = map[string]string{startuptaint.RemovedAnnotation: startup.Key, startuptaint.BootAnnotation: record}
+	e := newEpisodeTest(t, node)
+	e.ready(true)
+	e.reconcile()
+	after := e.node()
+	if got := after.Annotations[startuptaint.BootAnnotation]; got != record {
+		t.Fatalf("%s changed to %.40q...; want it left as it is", startuptaint.BootAnnotation, got)
+	}
+	expectEvents(t, e.events(), "Warning "+startuptaint.EventReasonBootRecordFull+" The boot record "+startuptaint.BootAnnotation+
+		" cannot take this boot's entries for "+startup.Key)
+	e.reconcile()
+	if e.node().ResourceVersion != after.ResourceVersion {
+		t.Fatal("a second reconcile wrote")
 	}
 }
 

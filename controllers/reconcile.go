@@ -100,15 +100,17 @@ type plan struct {
 
 	// decide: remove is set when the group's startup taints go now; forced, when MaxWait forces
 	// them. retaint is the taint put back now, cause why and told what to say (putback.go). recordBoot is set when
-	// the boot record alone is brought up to this boot (putback.go). requeue is when to reconcile
+	// the boot record alone is brought up to this boot (putback.go); bootRecordFull, when it is
+	// behind and this boot's entries would take it beyond its bounds. requeue is when to reconcile
 	// again for this group, when nothing is written.
-	remove     bool
-	forced     bool
-	retaint    *startuptaint.TaintSpec
-	cause      startuptaint.Cause
-	told       told
-	recordBoot bool
-	requeue    time.Duration
+	remove         bool
+	forced         bool
+	retaint        *startuptaint.TaintSpec
+	cause          startuptaint.Cause
+	told           told
+	recordBoot     bool
+	bootRecordFull bool
+	requeue        time.Duration
 	// What decide found to say: the wait for notReady (firstWait: the first in this episode for its
 	// gate and reason class), and a dry run's removal or re-taint that it did not make.
 	waiting, firstWait        bool

@@ -178,9 +178,21 @@ func withRemoved(node *corev1.Node, specs []startuptaint.TaintSpec) string {
 // a record alone that is, or would become, beyond startuptaint's bounds: the admission policy
 // neither reads nor lets the agent change one.
 func recordBoot(n *corev1.Node, keys []string) {
+	if record, ok := bootRecordWith(n, keys); ok {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[startuptaint.BootAnnotation] = record
+	}
+}
+
+// bootRecordWith returns n's boot record with the entries of keys set to its boot ID, and whether
+// the agent may write it: the Node reports a boot ID, and the record is, and stays, within
+// startuptaint's bounds.
+func bootRecordWith(n *corev1.Node, keys []string) (string, bool) {
 	boot := startuptaint.BootID(n)
 	if v, ok := n.Annotations[startuptaint.BootAnnotation]; boot == "" || ok && !startuptaint.BootRecordReadable(v) {
-		return
+		return "", false
 	}
 	entries := startuptaint.BootRecord(n)
 	for _, key := range keys {
@@ -194,12 +206,8 @@ func recordBoot(n *corev1.Node, keys []string) {
 			entries = append(entries, key+"="+boot)
 		}
 	}
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	if record := strings.Join(entries, ","); startuptaint.BootRecordReadable(record) {
-		n.Annotations[startuptaint.BootAnnotation] = record
-	}
+	record := strings.Join(entries, ",")
+	return record, startuptaint.BootRecordReadable(record)
 }
 
 // The gates' verdict as a Node condition (ConditionType): visible in `kubectl describe node`, and

@@ -26,6 +26,9 @@ const (
 	// EventReasonRegisteredWithoutTaint warns, once, that a new Node registered without a group's
 	// startup taints (see controllers.RegistrationWindow).
 	EventReasonRegisteredWithoutTaint = "RegisteredWithoutTaint"
+	// EventReasonBootRecordFull warns that the boot record (BootAnnotation) is behind and this
+	// boot's entries would take it beyond its bounds, so the agent leaves it as it is.
+	EventReasonBootRecordFull = "BootRecordFull"
 )
 
 // Event reasons of the confinement check: EventReasonNotConfined when no admission policy judges
