@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,6 +125,16 @@ func TestGroupsRefuseTheGatesBesideThem(t *testing.T) {
 			"set readyURL, readyFiles, requireResources, requireResourceSlices, requireConditions, requirePods, nodeAgents and conditionType in each group") {
 			t.Fatalf("%s beside groups: err = %v", beside, err)
 		}
+	}
+	// A taint key in two groups, which the agent would refuse to start with, and the crash policy
+	// would add twice (issue 57, F11); a group may still hold one key with both effects.
+	two := append(slices.Clone(group), "groups[1].name=b", "groups[1].taints[0]=b.example.com/y", "groups[1].readyURL=http://127.0.0.1/")
+	if _, err := Template(chartDir, "str", "kube-system", nil, append(two, "groups[0].taints[1]=a.example.com/x:NoExecute")); err != nil {
+		t.Fatalf("one key with two effects in one group: %v", err)
+	}
+	_, err := Template(chartDir, "str", "kube-system", nil, append(two, "groups[1].taints[1]=a.example.com/x:NoExecute"))
+	if err == nil || !strings.Contains(err.Error(), "groups: the taint key a.example.com/x is in groups a and b; give each key to one group") {
+		t.Fatalf("one key in two groups: err = %v", err)
 	}
 	// A group's nodeAgents gets the grant and kubelet's plugins registry, as the top-level one does.
 	out, err := Template(chartDir, "str", "kube-system", nil, append(group, "groups[0].nodeAgents=labelled"))
@@ -243,7 +254,9 @@ func TestTheCrashPolicyComesWhereItIsServed(t *testing.T) {
 		}
 		has := strings.Contains(out, "\nkind: MutatingAdmissionPolicy\n") &&
 			strings.Contains(out, "  name: str-startup-taint-remover-taint-after-crash\nspec:\n  failurePolicy: Ignore\n")
-		bound := strings.Contains(out, "policyName: str-startup-taint-remover-taint-after-crash\n")
+		bound := strings.Contains(out, "policyName: str-startup-taint-remover-taint-after-crash\n"+
+			"  # The agent's DaemonSet: the policy adds a taint only on a Node it still selects.\n"+
+			"  paramRef:\n    name: str-startup-taint-remover\n    namespace: kube-system\n")
 		if has != tc.want || bound != tc.want {
 			t.Errorf("%s %v: the policy rendered %v, bound %v; want %v", tc.kube, tc.sets, has, bound, tc.want)
 		}

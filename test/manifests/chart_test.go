@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
@@ -191,6 +192,13 @@ var _ = Describe("the Helm chart and the kustomize tree", Label(expectations.Ren
 			withCrash := render("testdata/crash-overlay")
 			Expect(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](charted, "MutatingAdmissionPolicy", "-taint-after-crash").Spec)).
 				To(Equal(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](withCrash, "MutatingAdmissionPolicy", "taint-after-crash").Spec)))
+			// Each binding names its own render's DaemonSet, the agent's, which the policy reads.
+			for _, objs := range [][]*unstructured.Unstructured{charted, withCrash} {
+				ds := only[appsv1.DaemonSet](objs, "DaemonSet")
+				Expect(ds).To(HaveLen(1))
+				Expect(suffixed[admissionv1.MutatingAdmissionPolicyBinding](objs, "MutatingAdmissionPolicyBinding", "taint-after-crash").Spec.ParamRef).
+					To(Equal(&admissionv1.ParamRef{Name: ds[0].Name, Namespace: ds[0].Namespace, ParameterNotFoundAction: ptr.To(admissionv1.AllowAction)}))
+			}
 			for _, o := range withCrash {
 				if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
 					kustomized = append(kustomized, o)

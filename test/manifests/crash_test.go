@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
 // After a crash reboot the node lifecycle controller lifts node.kubernetes.io/unreachable (or
@@ -180,6 +182,83 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 		})).To(Succeed())
 		Expect(lift(ctx, controller("node-controller"), node, unreachable)).To(ContainElement(back()),
 			"another outage in that boot puts it back, as the agent would: the record still names the boot before")
+	})
+
+	// An admin narrows the agent's DaemonSet after the agent recorded a boot on a Node: no agent
+	// runs there any more to take the taint off, so the policy adds none (issue 57, finding 2).
+	It("adds nothing on a Node the agent's DaemonSet no longer selects", func(ctx SpecContext) {
+		ds := &appsv1.DaemonSet{}
+		for _, obj := range objs {
+			if obj.GetKind() == "DaemonSet" {
+				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), ds)).To(Succeed())
+			}
+		}
+		Expect(ds.Name).NotTo(BeEmpty(), "the release runs the agent in a DaemonSet")
+		narrow := func(ctx context.Context, edit func(*corev1.PodSpec)) {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(ds), ds)).To(Succeed())
+				edit(&ds.Spec.Template.Spec)
+				g.Expect(k8sClient.Update(ctx, ds)).To(Succeed())
+			}).Should(Succeed())
+		}
+		DeferCleanup(func(ctx SpecContext) { narrow(ctx, func(s *corev1.PodSpec) { s.NodeSelector, s.Affinity = nil, nil }) })
+		pool := func(name string) func(*corev1.Node) {
+			return func(n *corev1.Node) { n.Labels = map[string]string{"example.com/pool": name} }
+		}
+		// after is the Node's taints after the controller lifts unreachable on a Node in pool.
+		after := func(pool func(*corev1.Node)) []corev1.Taint {
+			return lift(ctx, controller("node-controller"), down(ctx, key()+"="+oldBoot, newBoot, pool), unreachable)
+		}
+
+		By("a node selector the Node's labels no longer match")
+		narrow(ctx, func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{"example.com/pool": "storage"} })
+		// The API server reads the DaemonSet from an informer, shortly after it changes.
+		Eventually(func() []corev1.Taint { return after(pool("batch")) }).ShouldNot(ContainElement(back()))
+		Expect(after(nil)).NotTo(ContainElement(back()), "a Node without the label")
+		Expect(after(pool("storage"))).To(ContainElement(back()), "a Node the DaemonSet still selects")
+
+		By("a required node affinity the Node no longer matches")
+		narrow(ctx, func(s *corev1.PodSpec) {
+			s.NodeSelector = nil
+			s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "example.com/pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"batch"}}}},
+				}}}}
+		})
+		Eventually(func() []corev1.Taint { return after(nil) }).Should(ContainElement(back()), "NotIn matches a Node without the label")
+		Expect(after(pool("batch"))).NotTo(ContainElement(back()))
+		Expect(after(pool("storage"))).To(ContainElement(back()))
+	})
+
+	// A render whose groups share their first key, which the agent refuses to start with and the
+	// chart refuses to write: the policy adds nothing, where it added the key twice and made the
+	// controller's write invalid, so that unreachable was never lifted (issue 57, F11).
+	It("adds nothing where two groups share their first key, and the controller's write stands", func(ctx SpecContext) {
+		const shared = "example.com/shared"
+		uninstall, err := workload.InstallCrashPolicy(ctx, k8sClient, shared+":NoExecute")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(uninstall(ctx)).To(Succeed()) })
+		// liftShared lifts unreachable as the controller does, and returns the taints of key shared after.
+		liftShared := func(g Gomega) []corev1.Taint {
+			node := down(ctx, shared+"="+oldBoot, newBoot)
+			g.Expect(patchNode(ctx, controller("node-controller"), node, func(n *corev1.Node) {
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == unreachable })
+			})).To(Succeed(), "the controller's write")
+			got := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+			return slices.DeleteFunc(got.Spec.Taints, func(t corev1.Taint) bool { return t.Key != shared })
+		}
+		Eventually(liftShared).Should(HaveLen(1), "one group: the key goes back")
+
+		policy := &admissionv1.MutatingAdmissionPolicy{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: "taint-after-crash"}, policy)).To(Succeed())
+		for i, v := range policy.Spec.Variables {
+			policy.Spec.Variables[i].Expression = strings.ReplaceAll(v.Expression, "'"+shared+":NoExecute'",
+				"'"+shared+":NoExecute;"+shared+":NoSchedule'")
+		}
+		Expect(k8sClient.Update(ctx, policy)).To(Succeed())
+		Eventually(liftShared).Should(BeEmpty(), "two groups of one key: nothing, and the write admitted")
 	})
 
 	It("leaves the Nodes alone once the install is gone", func(ctx SpecContext) {

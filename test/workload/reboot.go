@@ -13,6 +13,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,8 +168,9 @@ func crashPolicyFile() string {
 }
 
 // InstallCrashPolicy creates config/components/taint-after-crash's MutatingAdmissionPolicy, its
-// taints rendered as taints (the --taint string), and its binding, as the install does, and
-// returns what deletes them.
+// taints rendered as taints (the --taint string), and its binding, as the install does, with a
+// DaemonSet standing for the agent's that selects every Node (no DaemonSet controller runs here,
+// so it makes no pod), and returns what deletes them.
 func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (func(context.Context) error, error) {
 	data, err := os.ReadFile(crashPolicyFile())
 	if err != nil {
@@ -181,15 +183,21 @@ func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (fu
 	for i := range policy.Spec.Variables {
 		policy.Spec.Variables[i].Expression = strings.ReplaceAll(policy.Spec.Variables[i].Expression, `'\TAINTS'`, "'"+taints+"'")
 	}
+	labels := map[string]string{"app.kubernetes.io/name": "startup-taint-remover"}
+	agent := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "startup-taint-remover", Namespace: metav1.NamespaceDefault},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "startup-taint-remover"}}}}}}
 	binding := &admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy.Name}}
-	for _, o := range []client.Object{policy, binding} {
+		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ParamRef: &admissionv1.ParamRef{
+			Name: agent.Name, Namespace: agent.Namespace, ParameterNotFoundAction: ptr.To(admissionv1.AllowAction)}}}
+	for _, o := range []client.Object{agent, policy, binding} {
 		if err := c.Create(ctx, o); err != nil {
 			return nil, fmt.Errorf("installing the crash policy: %w", err)
 		}
 	}
 	return func(ctx context.Context) error {
-		for _, o := range []client.Object{binding, policy} {
+		for _, o := range []client.Object{binding, policy, agent} {
 			if err := client.IgnoreNotFound(c.Delete(ctx, o)); err != nil {
 				return err
 			}
