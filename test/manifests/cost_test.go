@@ -184,7 +184,7 @@ var _ = Describe("a Node as large as the API server accepts, written by an admin
 		Expect(err).NotTo(HaveOccurred())
 		// The removal adds the agent's own entry.
 		Expect(refusal).To(MatchError(And(ContainSubstring(msgBound),
-			ContainSubstring(fmt.Sprintf("more than %d managedFields entries (it had %d and would have %d)", startuptaint.MaxManagedFieldsEntries,
+			ContainSubstring(fmt.Sprintf("more than %d managedFields entries, the entry its own write adds counted (it had %d and would have %d)", startuptaint.MaxManagedFieldsEntries,
 				startuptaint.MaxManagedFieldsEntries+1, startuptaint.MaxManagedFieldsEntries+2)),
 			ContainSubstring(`kubectl patch node `+node+` --type=json -p '[{"op":"replace","path":"/metadata/managedFields","value":[{}]}]'`))))
 		timed("kubelet's status write beside them", func() error {
