@@ -31,6 +31,14 @@ export KUSTOMIZE_RELEASES
 # the machine's Go defaults to GOTOOLCHAIN=local and would build with itself.
 export GOTOOLCHAIN = auto
 
+# Every build but the race detector's is static and trimmed, as a release's linux/amd64 binary is
+# (RELEASE_GOFLAGS): the tests, the demo, the tools and that release share one build of each
+# package, where two configurations compiled every dependency twice on an empty cache. The race
+# detector needs cgo: RACE turns it back on for its builds.
+export CGO_ENABLED = 0
+export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
+RACE = CGO_ENABLED=1 go test -race
+
 # Setting SHELL to bash allows bash commands to be executed by recipes.
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -72,12 +80,12 @@ MANIFESTS_LANES = install-table !install-table
 suite_lane = $(1)-$(subst !,not-,$(subst &&,-,$(2))) "cd test/$(1) && '$(TEST_BIN_DIR)/$(1).test' -test.timeout=$(TEST_TIMEOUT) -ginkgo.label-filter='$(2)'"
 
 .PHONY: test
-test: fmt vet envtest chart-tool kustomize-releases test-binaries ## Run the unit, envtest and end-to-end tests (the race detector on, but for the manifests suite), and the chart tool's, PromQL and kubectl plugin's tests.
+test: fmt envtest chart-tool kustomize-releases test-binaries ## Run the unit, envtest and end-to-end tests (the race detector on, but for the manifests suite), and the chart tool's, PromQL and kubectl plugin's tests.
 	@# -count=1: the end-to-end tests build the binary themselves, and the chart's tests read the
 	@# chart, which go test's cache cannot see.
 	rm -rf "$(TIMINGS_DIR)"
 	hack/lanes.sh "$(TIMINGS_DIR)" \
-		packages "go test -race -count=1 -timeout $(TEST_TIMEOUT) \$$(go list ./... | grep -v -e /test/e2e\$$ -e /test/manifests\$$) -coverprofile cover.out" \
+		packages "$(RACE) -count=1 -timeout $(TEST_TIMEOUT) \$$(go list ./... | grep -v -e /test/e2e\$$ -e /test/manifests\$$) -coverprofile cover.out" \
 		modules "go -C hack/chart test -count=1 ./... && go -C hack/promql test -count=1 ./... && go -C $(PLUGIN_DIR) test -count=1 ./..." \
 		$(foreach l,$(E2E_LANES),$(call suite_lane,e2e,$(l))) $(foreach l,$(MANIFESTS_LANES),$(call suite_lane,manifests,$(l)))
 
@@ -139,9 +147,9 @@ test-minor-run:
 .PHONY: test-binaries
 test-binaries: ## Build the test binaries that make test and test-minor run in lanes, into bin/test.
 	mkdir -p "$(TEST_BIN_DIR)"
-	go test -c -race -o "$(TEST_BIN_DIR)/e2e.test" ./test/e2e
+	$(RACE) -c -o "$(TEST_BIN_DIR)/e2e.test" ./test/e2e
 	go test -c -o "$(TEST_BIN_DIR)/manifests.test" ./test/manifests
-	go test -c -race -o "$(TEST_BIN_DIR)/controllers.test" ./controllers
+	$(RACE) -c -o "$(TEST_BIN_DIR)/controllers.test" ./controllers
 
 # The minor whose own build shows that --emulated-version gives the same verdicts (make test-emulation).
 K8S_EMULATION_CHECK ?= 1.36.3

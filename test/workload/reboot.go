@@ -5,10 +5,10 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -160,11 +160,25 @@ func WatchReturn(ctx context.Context, c client.Reader, node, key string, since t
 	return out
 }
 
-// crashPolicyFile is config/components/taint-after-crash's policy, found from this file, so that
-// the tests and the benchmark read it wherever they run.
-func crashPolicyFile() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..", "config", "components", "taint-after-crash", "policy.yaml")
+// crashPolicyFile is config/components/taint-after-crash's policy, found from the working
+// directory up, so that the tests (in their package's directory) and the benchmark (at the
+// repository's root) read it, in binaries built with -trimpath too, which know no source path.
+func crashPolicyFile() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		path := filepath.Join(dir, "config", "components", "taint-after-crash", "policy.yaml")
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		if parent := filepath.Dir(dir); parent != dir {
+			dir = parent
+			continue
+		}
+		return "", errors.New("no config/components/taint-after-crash/policy.yaml in the working directory or above it")
+	}
 }
 
 // InstallCrashPolicy creates config/components/taint-after-crash's MutatingAdmissionPolicy, its
@@ -172,7 +186,11 @@ func crashPolicyFile() string {
 // DaemonSet standing for the agent's that selects every Node (no DaemonSet controller runs here,
 // so it makes no pod), and returns what deletes them.
 func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (func(context.Context) error, error) {
-	data, err := os.ReadFile(crashPolicyFile())
+	file, err := crashPolicyFile()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
