@@ -61,8 +61,9 @@ const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
 type NodeReconciler struct {
 	// Client reads from the manager's cache and writes the patch; the manager's when nil.
 	Client client.Client
-	// APIReader reads the Node from the API server after a conflict, when the cache may still be
-	// behind; the manager's when nil.
+	// APIReader reads from the API server, past the manager's cache: the Node after a conflict,
+	// when the cache may still be behind, and at shutdown; the group's CSIDriver; and what the
+	// gates list from the API server's watch cache (gates.Input.Lister). The manager's when nil.
 	APIReader client.Reader
 
 	// NodeName is the Node this controller looks after: the one its pod runs on.

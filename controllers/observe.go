@@ -199,17 +199,9 @@ func (g *group) bootedAgain(node *corev1.Node) bool {
 	return len(specs) > 0 && rebooted(node, startuptaint.RetaintSpec(specs).Key)
 }
 
-// The scheduler's own CSI check (KEP-5030, beta and on by default from Kubernetes 1.37): a
-// CSIDriver with spec.preventPodSchedulingIfMissing keeps a pod with a PVC-backed volume of that
-// driver off a node until the node's CSINode lists the driver. It does not cover CSI inline
-// volumes, the driver's Probe health, or a driver that fails later, which the startup taint does.
-//
-// The agent reads its driver's CSIDriver once per process, once the driver has told its name
-// (which is why it is one read, not a cache by name like the CSINode's: the name is not known when
-// the cache starts), and reports what it means for this install: the gauge
-// startup_taint_csi_driver_prevents_scheduling and one log line. No event: on a 5,000-node fleet
-// an event per node at every rollout is 5,000 writes saying the same thing, while the gauge costs
-// nothing to write and `count by (driver)` answers for the fleet.
+// The scheduler's own CSI check (a CSIDriver's preventPodSchedulingIfMissing, Kubernetes 1.37): read
+// once per process, once the driver has told its name (so one read, not a cache by name), and
+// reported as a gauge and a log line, never an event (docs/observability.md says why).
 
 // driverName is the name the group's CSI driver told, or "" before it has (or without one).
 func (g *group) driverName() string {

@@ -29,12 +29,14 @@ import (
 // Retries take one of three ways, by what failed:
 //   - a patch that lost a race with another writer (409 Conflict) is sent again at once, read
 //     afresh from the API server, on conflictBackoff (patchTaints);
-//   - any other error, and a conflict that outlasts conflictBackoff, is returned, and the
-//     workqueue retries it with its per-item backoff, from 100 ms to MaxRetryInterval
-//     (SetupWithManager);
-//   - a refused patch (Forbidden, or Invalid from a policy that fails to evaluate) does not heal
+//   - a refused removal (Forbidden, or Invalid from a policy that fails to evaluate) does not heal
 //     by itself: it is not returned but retried after a backoff of its own, from 1 s to
-//     MaxRetryInterval (nodeState.recordFailure), without a log line per attempt.
+//     MaxRetryInterval (nodeState.recordFailure), without a log line per attempt;
+//   - a refused boot record alone is reported, and tried again at the Node's next change
+//     (outcome.go);
+//   - any other error, a refused put-back and a refused condition write among them, and a
+//     conflict that outlasts conflictBackoff, is returned, and the workqueue retries it with its
+//     per-item backoff, from 100 ms to MaxRetryInterval (SetupWithManager).
 func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	node := &corev1.Node{}
 	if err := r.wired.client.Get(ctx, req.NamespacedName, node); err != nil {

@@ -216,7 +216,7 @@ func bootRecordWith(n *corev1.Node, keys []string) (string, bool) {
 // ConditionReasonGatesPass is the condition's reason while every gate passes. While one does not,
 // the reason names that gate (gates.ConditionReason): CSINotReady, CSINodeNotReady, HTTPNotReady,
 // ContainerNotReady, FileNotReady, ResourceNotReady, ResourceSliceNotReady, NodeConditionNotReady,
-// PodNotReady.
+// PodNotReady, DaemonSetsNotReady, PluginsNotReady, RegistrationNotReady.
 const ConditionReasonGatesPass = "GatesPass"
 
 // publishCondition writes the group's verdict as its ConditionType condition when it differs from

@@ -4,8 +4,10 @@
 // Package gates holds the readiness gates that hold a node's startup taints: one interface, Gate,
 // and one file per kind of gate. What differs between kinds is declared through small optional
 // interfaces: Probed for checks of the node itself that a prober runs on an interval, Watcher for
-// those that can also tell when to check again, and Cached and NodeReader for checks of API
-// objects, which the reconciler runs whenever a watch event shows that what they read changed.
+// those that can also tell when to check again, Cached and NodeReader for checks of API objects,
+// which the reconciler runs whenever a watch event shows that what they read changed, Rechecked
+// for those that also read what no watch tells about, and AfterReboot for those heeded only after
+// a reboot.
 package gates
 
 import (

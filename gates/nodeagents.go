@@ -145,9 +145,6 @@ func DefaultNodeAgentNamespaces(own string) []string {
 	return []string{metav1.NamespaceSystem, own}
 }
 
-// Namespaces are the namespaces whose DaemonSets count, sorted.
-func (g *NodeAgentsGate) Namespaces() []string { return slices.Clone(g.namespaces) }
-
 // Name implements Gate.
 func (g *NodeAgentsGate) Name() string { return NodeAgentsName }
 

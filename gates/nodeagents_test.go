@@ -126,8 +126,8 @@ func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
 				t.Fatalf("holders %q, want %q", nr.Holders, tc.want)
 			}
 			_, entry := g.CacheEntry()
-			if got := slices.Sorted(maps.Keys(entry.Namespaces)); !slices.Equal(got, g.Namespaces()) {
-				t.Errorf("the cache holds pods of %q, want %q", got, g.Namespaces())
+			if got := slices.Sorted(maps.Keys(entry.Namespaces)); !slices.Equal(got, g.namespaces) {
+				t.Errorf("the cache holds pods of %q, want %q", got, g.namespaces)
 			}
 		})
 	}
