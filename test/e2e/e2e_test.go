@@ -46,12 +46,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		session := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name, "--csi-address="+driver.Path(),
 			"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
 
-		Eventually(func(g Gomega) {
-			resp, err := http.Get("http://" + health + "/readyz")
-			g.Expect(err).NotTo(HaveOccurred())
-			_ = resp.Body.Close()
-			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-		}).Should(Succeed())
+		Eventually(func(g Gomega) int { status, _ := readyz(g, health); return status }).Should(Equal(http.StatusOK))
 
 		taints := func(g Gomega) []string {
 			got := &corev1.Node{}

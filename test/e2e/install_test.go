@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -47,16 +46,6 @@ func kubeconfigAs(namespace, account, node string) string {
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig-"+account)
 	Expect(clientcmd.WriteToFile(*config, path)).To(Succeed())
 	return path
-}
-
-// readyz returns the status and body of the binary's verbose readiness endpoint at addr.
-func readyz(g Gomega, addr string) (int, string) {
-	resp, err := http.Get("http://" + addr + "/readyz?verbose")
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	g.Expect(err).NotTo(HaveOccurred())
-	return resp.StatusCode, string(body)
 }
 
 // renderedInstall is a kustomization as the pinned kustomize renders it: its objects, its agent's

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -19,15 +18,12 @@ import (
 	"github.com/onsi/gomega/gbytes"
 	"github.com/onsi/gomega/gexec"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
-	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 )
 
 // tcpProxy forwards a loopback port to the API server while it is up, and refuses connections
@@ -96,36 +92,6 @@ func kubeconfigVia(hostPort string) string {
 	return path
 }
 
-func setupNode(ctx context.Context, name string, taints ...corev1.Taint) *fakecsi.Driver {
-	GinkgoHelper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}}
-	Expect(k8sClient.Create(ctx, node)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
-	csiNode := &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: name}}},
-	}
-	Expect(k8sClient.Create(ctx, csiNode)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, csiNode))).To(Succeed()) })
-	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, fakecsi.Ready)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(driver.Stop)
-	return driver
-}
-
-func hasTaint(ctx context.Context, c client.Client, name, key string) func(Gomega) bool {
-	return func(g Gomega) bool {
-		node := &corev1.Node{}
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
-		for _, t := range node.Spec.Taints {
-			if t.Key == key {
-				return true
-			}
-		}
-		return false
-	}
-}
-
 var startupTaint = corev1.Taint{Key: driverName + "/agent-not-ready", Effect: corev1.TaintEffectNoExecute}
 
 var _ = Describe("API server outages", Serial, func() {
@@ -138,16 +104,9 @@ var _ = Describe("API server outages", Serial, func() {
 		session := runBinary("--kubeconfig="+kubeconfigVia(proxy.addr), expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
 			"--metrics-bind-address=0", "--health-probe-bind-address="+health)
 
-		readyz := func() int {
-			resp, err := http.Get("http://" + health + "/readyz")
-			if err != nil {
-				return 0
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode
-		}
+		status := func(g Gomega) int { s, _ := readyz(g, health); return s }
 		Eventually(session.Err).Should(gbytes.Say("cannot list or watch through the API server"))
-		Consistently(readyz, 5*time.Second).Should(Equal(http.StatusInternalServerError))
+		Consistently(status, 5*time.Second).Should(Equal(http.StatusInternalServerError))
 		Expect(session).NotTo(gexec.Exit(), "the process keeps running through the outage")
 		Expect(strings.Count(string(session.Err.Contents()), "cannot list or watch")).To(Equal(1),
 			"one line for the outage, not one per retry")
@@ -156,7 +115,7 @@ var _ = Describe("API server outages", Serial, func() {
 		back := time.Now()
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key), time.Minute).Should(BeFalse())
 		GinkgoWriter.Printf("taint removed %s after the API server became reachable\n", time.Since(back).Round(time.Millisecond))
-		Expect(readyz()).To(Equal(http.StatusOK))
+		Expect(status(Default)).To(Equal(http.StatusOK))
 		Eventually(session.Err).Should(gbytes.Say("the API server answers again"))
 	})
 

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"regexp"
@@ -47,13 +46,6 @@ func metricSum(g Gomega, addr, name, labels string) float64 {
 		sum += v
 	}
 	return sum
-}
-
-// eventCount counts the events with reason on the node.
-func eventCount(g Gomega, ctx context.Context, node, reason string) int {
-	n, err := expectations.EventCount(ctx, k8sClient, node, reason)
-	g.Expect(err).NotTo(HaveOccurred())
-	return n
 }
 
 var _ = Describe("the binary's memory of its Node", func() {
