@@ -147,7 +147,7 @@ func runManager(ctx context.Context, cfg *rest.Config, opts *options) error {
 		return err
 	}
 	shutdown := 2 * time.Second
-	r, _ := opts.newReconciler()
+	r := opts.reconciler
 	defer closeGates(r)
 	mgrOpts := r.ManagerOptions()
 	mgrOpts.Cache.DefaultWatchErrorHandler = conn.watchError

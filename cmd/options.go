@@ -62,6 +62,10 @@ type options struct {
 	requireConfinement bool
 
 	zap zap.Options
+
+	// reconciler is what the options describe, built and validated once by validateReconciler:
+	// main runs it, gates and all.
+	reconciler *controllers.NodeReconciler
 }
 
 // groupOptions is one group of startup taints and the gates that hold them (controllers.Group).

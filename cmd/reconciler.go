@@ -57,14 +57,14 @@ func (o *options) buildGroup(g groupOptions) builtGroup {
 
 // validateReconciler builds the reconciler and validates it, so that the rules it checks are
 // checked once, by it, and reports its first problem in one line that names the flag or the
-// setting of --config.
+// setting of --config. The reconciler it validated is the one main runs: its gates are built once.
 func (o *options) validateReconciler() error {
 	r, built := o.newReconciler()
-	errs := r.Validate()
-	if len(errs) == 0 {
-		return nil
+	if errs := r.Validate(); len(errs) > 0 {
+		return errors.New(o.describe(errs[0], built))
 	}
-	return errors.New(o.describe(errs[0], built))
+	o.reconciler = r
+	return nil
 }
 
 // fieldPath parses the reconciler's field paths: a field of the reconciler, or of a group, with
