@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
@@ -84,139 +83,6 @@ type groupOptions struct {
 	pods               []gates.PodRequirement
 	nodeAgents         string
 	conditionType      string
-}
-
-// parseTaint accepts one --taint item, KEY[:EFFECT], that is no placeholder left by a renderer.
-func parseTaint(v string) (startuptaint.TaintSpec, error) {
-	if err := unrendered(v); err != nil {
-		return startuptaint.TaintSpec{}, err
-	}
-	return startuptaint.ParseTaintSpec(v)
-}
-
-// unrendered refuses a value that is still one of the manifests' placeholders (\TAINTS,
-// \RETAINTAFTER, \CONDITIONTYPE): the tool that rendered them did not run the replacements of
-// config/components/taints, and the admission policy it rendered cannot have been applied either.
-func unrendered(v string) error {
-	if strings.HasPrefix(v, `\`) {
-		return fmt.Errorf("%q is a placeholder of the manifests that their renderer left in: "+
-			"render them with kustomize v5.4.2 or later (see docs/install.md)", v)
-	}
-	return nil
-}
-
-// listFlag collects a repeated flag, parsing each value as it arrives so the error names it.
-// With a separator, one value may also carry several, so a manifest can pass a whole list through
-// one environment variable (--taint, written when the manifests are rendered from the same string
-// as the admission policy's).
-type listFlag[T any] struct {
-	items *[]T
-	parse func(string) (T, error)
-	sep   string
-}
-
-func (f listFlag[T]) String() string {
-	if f.items == nil {
-		return ""
-	}
-	parts := make([]string, len(*f.items))
-	for i, item := range *f.items {
-		parts[i] = fmt.Sprint(item)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (f listFlag[T]) Set(v string) error {
-	values := []string{v}
-	if f.sep != "" {
-		values = strings.Split(v, f.sep)
-		for i := range values {
-			values[i] = strings.TrimSpace(values[i])
-		}
-	}
-	for _, value := range values {
-		item, err := f.parse(value)
-		if err != nil {
-			return err
-		}
-		*f.items = append(*f.items, item)
-	}
-	return nil
-}
-
-// parseFilePattern accepts a --ready-file pattern that a FileGate can watch.
-func parseFilePattern(v string) (string, error) {
-	_, err := gates.NewFileGate(v)
-	return v, err
-}
-
-// parseDriverName accepts a DRA driver name, a DNS subdomain.
-func parseDriverName(v string) (string, error) {
-	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-		return "", fmt.Errorf("%q is not a DRA driver name: %s", v, strings.Join(errs, "; "))
-	}
-	return v, nil
-}
-
-// optionalDuration is a duration flag that also accepts the empty string, as 0 (off), so a
-// manifest can pass a setting that is off through an environment variable.
-type optionalDuration struct{ d *time.Duration }
-
-func (f optionalDuration) String() string {
-	if f.d == nil {
-		return "0s"
-	}
-	return f.d.String()
-}
-
-func (f optionalDuration) Set(v string) error {
-	if err := unrendered(v); err != nil {
-		return err
-	}
-	if v == "" {
-		*f.d = 0
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("not a duration")
-	}
-	*f.d = d
-	return nil
-}
-
-// nameSetting is the setting of a group of --config that names it; it is not a flag.
-const nameSetting = "name"
-
-// bindGroupFlags defines a group's flags on fs, into g: its taints, each gate kind's, its condition type.
-func bindGroupFlags(fs *flag.FlagSet, g *groupOptions) {
-	fs.Var(listFlag[startuptaint.TaintSpec]{items: &g.taints, parse: parseTaint, sep: ","}, "taint",
-		"Startup taint to remove, as KEY[:EFFECT]; repeatable, or a comma-separated list. Values are not matched. "+
-			"Default with --csi-address: <driver name>/agent-not-ready.")
-	for _, k := range gateKinds {
-		k.bind(fs, g)
-	}
-	fs.StringVar(&g.conditionType, "condition-type", "",
-		"Publish the gates' verdict as a Node condition of this type (True, or False with the failing gate as the reason), "+
-			"written to the Node's status when it changes; empty (the default) is off.")
-}
-
-// bindServingFlags defines the flags of the metrics, health and pprof endpoints on fs, into o.
-func bindServingFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
-		"Address the metrics endpoint binds to; \"0\" turns it off.")
-	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
-		"Serve metrics over HTTPS with Kubernetes authentication and authorization; false serves plain HTTP.")
-	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
-		"Allow HTTP/2 on the metrics server (off by default against HTTP/2 stream attacks).")
-	fs.StringVar(&o.metricsCertDir, "metrics-cert-path", "",
-		"Directory holding the metrics server certificate; a self-signed one is used when empty.")
-	fs.StringVar(&o.metricsCert, "metrics-cert-name", "tls.crt", "File name of the metrics server certificate.")
-	fs.StringVar(&o.metricsKey, "metrics-cert-key", "tls.key", "File name of the metrics server key.")
-	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
-		"Address the /healthz and /readyz endpoints bind to; \"0\" turns them off.")
-	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0",
-		"Address to serve Go's pprof profiles on, for diagnosis; \"0\" (the default) turns it off.")
 }
 
 // errVersionShown tells the caller that --version printed the version: nothing is left to do.
@@ -347,14 +213,6 @@ func (o *options) validate(explicit map[string]bool) error {
 	return o.validateReconciler()
 }
 
-// parseNamespace accepts one item of --node-agent-namespaces: a namespace's name.
-func parseNamespace(v string) (string, error) {
-	if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-		return "", fmt.Errorf("%q is not a namespace name: %s", v, strings.Join(errs, "; "))
-	}
-	return v, nil
-}
-
 // validateNodeAgentNamespaces refuses --node-agent-namespaces where no group has --node-agents,
 // which would leave it unread, and sets its default.
 func (o *options) validateNodeAgentNamespaces(explicit map[string]bool) error {
@@ -427,96 +285,6 @@ func (o *options) validateModes(explicit map[string]bool) error {
 		return errors.New("--require-confinement: cannot be checked with --dry-run, which sends no patch, not even the check's")
 	}
 	return nil
-}
-
-// configFile is what --config holds: groups, each a map from the name of a group flag (groupFlags)
-// to its value (a list for a repeatable flag), and the group's name.
-type configFile struct {
-	Groups []map[string]any `json:"groups"`
-}
-
-// readGroups reads the groups of --config, each parsed by the group flags' own parsers and
-// checked as the command line's group is. A group flag on the command line as well is refused:
-// which would win?
-func (o *options) readGroups(explicit map[string]bool) error {
-	for _, name := range groupFlags {
-		if explicit[name] {
-			return fmt.Errorf("--%s: set it in the groups of --config, not on the command line", name)
-		}
-	}
-	data, err := os.ReadFile(o.configFile)
-	if err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	var file configFile
-	if err := yaml.UnmarshalStrict(data, &file); err != nil {
-		// The YAML library lists several problems on lines of their own; the caller prints one.
-		return fmt.Errorf("--config %s: %s", o.configFile, strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
-	}
-	if len(file.Groups) == 0 {
-		return fmt.Errorf("--config %s: groups: empty; list at least one group", o.configFile)
-	}
-	for i, settings := range file.Groups {
-		g, explicit, err := parseGroup(settings, o.setting(i))
-		switch {
-		case err != nil:
-		case g.name == "":
-			// The reconciler lets a lone group go unnamed; a group of a file is always named.
-			err = fmt.Errorf(`%s: "" is not a DNS label: every group of --config needs a name`, o.setting(i)("name"))
-		default:
-			err = o.validateGroup(&g, explicit, o.setting(i))
-		}
-		if err != nil {
-			return fmt.Errorf("--config %s: %w", o.configFile, err)
-		}
-		o.groups = append(o.groups, g)
-	}
-	return nil
-}
-
-// parseGroup parses one group of --config with the group flags' own parsers, and returns it with
-// the flags it set.
-func parseGroup(settings map[string]any, setting func(string) string) (groupOptions, map[string]bool, error) {
-	var g groupOptions
-	fs := flag.NewFlagSet("group", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	bindGroupFlags(fs, &g)
-	explicit := map[string]bool{}
-	keys := make([]string, 0, len(settings))
-	for key := range settings {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
-		value := settings[key]
-		if key == nameSetting {
-			name, ok := value.(string)
-			if !ok {
-				return g, nil, fmt.Errorf("%s: not a string", setting("name"))
-			}
-			g.name = name
-			continue
-		}
-		if fs.Lookup(key) == nil {
-			return g, nil, fmt.Errorf("%s: not a setting of a group; those are name, %s", setting(key), strings.Join(groupFlags, ", "))
-		}
-		values, ok := value.([]any)
-		if !ok {
-			values = []any{value}
-		}
-		for _, v := range values {
-			switch v.(type) {
-			case string, bool, float64:
-			default:
-				return g, nil, fmt.Errorf("%s: %v is not a string, a boolean or a number", setting(key), v)
-			}
-			if err := fs.Set(key, fmt.Sprint(v)); err != nil {
-				return g, nil, fmt.Errorf("%s: %w", setting(key), err)
-			}
-		}
-		explicit[key] = true
-	}
-	return g, explicit, nil
 }
 
 // validateServing checks the metrics and health endpoints' settings.
