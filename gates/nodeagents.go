@@ -18,10 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,14 +55,6 @@ const (
 	NodeAgentsAll NodeAgents = "all"
 	// NodeAgentsLabelled counts only those labelled NodeAgentLabel=true.
 	NodeAgentsLabelled NodeAgents = "labelled"
-)
-
-// relistAfter is how old the list of DaemonSets may be while the gate waits: a DaemonSet added,
-// or one that stops counting, shows within it. A pod of a DaemonSet not on the list, and a verdict
-// that would pass on a list older than confirmAfter, list again at once.
-const (
-	relistAfter  = 5 * time.Second
-	confirmAfter = time.Second
 )
 
 // NodeAgentsGate passes while every node agent that should run on this node is ready: each
@@ -216,26 +206,6 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 	return err
 }
 
-// pendingPods returns a function that lists, once per namespace, the pods there that no node
-// runs yet, from the API server's watch cache: a DaemonSet's pod waits there, with its node in
-// its affinity, until the scheduler places it.
-func (g *NodeAgentsGate) pendingPods(ctx context.Context, lister client.Reader) func(namespace string) ([]corev1.Pod, error) {
-	listed := map[string][]corev1.Pod{}
-	return func(namespace string) ([]corev1.Pod, error) {
-		if pods, ok := listed[namespace]; ok {
-			return pods, nil
-		}
-		list := &corev1.PodList{}
-		err := lister.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{"spec.nodeName": ""},
-			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
-		if err != nil {
-			return nil, fmt.Errorf("listing the pods not yet placed in namespace %s: %w", namespace, err)
-		}
-		listed[namespace] = list.Items
-		return list.Items, nil
-	}
-}
-
 // check returns why the node agents among daemons are not all ready on node, naming the
 // DaemonSets that hold it by reason, or nil.
 func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
@@ -347,198 +317,8 @@ func (g *NodeAgentsGate) counts(ds *appsv1.DaemonSet, node *corev1.Node) bool {
 	return shouldRun(pod, node, g.withoutStartup(node.Spec.Taints))
 }
 
-// daemonSets returns the DaemonSets that may count, listed again when the last list is older
-// than maxAge (relistAfter when zero) or some pod here belongs to a DaemonSet it lacks.
-func (g *NodeAgentsGate) daemonSets(ctx context.Context, lister client.Reader, pods []corev1.Pod,
-	maxAge time.Duration) ([]appsv1.DaemonSet, error) {
-	if maxAge == 0 {
-		maxAge = relistAfter
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	fresh := !g.listedAt.IsZero() && g.clock.Since(g.listedAt) <= maxAge
-	if fresh && !slices.ContainsFunc(pods, func(p corev1.Pod) bool {
-		return daemonSetRef(&p) != nil && !slices.ContainsFunc(g.listed, func(ds appsv1.DaemonSet) bool { return controlledBy(&p, &ds) })
-	}) {
-		return g.listed, nil
-	}
-	selector := labels.NewSelector()
-	op, value := "!=", "false"
-	if g.choose == NodeAgentsLabelled {
-		op, value = "=", "true"
-	}
-	req, err := labels.ParseToRequirements(NodeAgentLabel + op + value)
-	if err != nil {
-		return nil, fmt.Errorf("selecting node agents: %w", err)
-	}
-	var listed []appsv1.DaemonSet
-	for _, ns := range g.namespaces {
-		list := &appsv1.DaemonSetList{}
-		// From the API server's watch cache (resourceVersion 0): no read of etcd per booting node.
-		// The cache answers such a list whole, whatever its limit, so what the namespaces hold is
-		// read at once; only what placement reads of each DaemonSet is kept until the next list.
-		err = lister.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector.Add(req...)},
-			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
-		if err != nil {
-			return nil, fmt.Errorf("listing DaemonSets in namespace %s: %w", ns, err)
-		}
-		for i := range list.Items {
-			listed = append(listed, placementOf(&list.Items[i]))
-		}
-	}
-	g.listed, g.listedAt = listed, g.clock.Now()
-	return g.listed, nil
-}
-
 // inNamespaces reports whether ns is one of the node agents' namespaces.
 func (g *NodeAgentsGate) inNamespaces(ns string) bool {
 	_, found := slices.BinarySearch(g.namespaces, ns)
-	return found
-}
-
-// unplaceableAfter is how long the scheduler must have found a node agent's pod unschedulable
-// before the gate looks at why: long enough for a preemption, or a resource freed at boot, to place
-// it.
-const unplaceableAfter = time.Minute
-
-// maxSchedulerMessage bounds how much of the scheduler's message a verdict repeats.
-const maxSchedulerMessage = 200
-
-// unschedulableFor returns pod's PodScheduled condition when the scheduler has found it
-// unschedulable, without a change, for unplaceableAfter, or nil. A daemon pod can only go to its
-// own node, so the verdict is about this node; but it counts every pod there, and anyone who may
-// create a pod can fill a node, so it never decides alone (neverFits does).
-func unschedulableFor(pod *corev1.Pod, clk clock.PassiveClock) *corev1.PodCondition {
-	if pod == nil {
-		return nil
-	}
-	for i, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
-			clk.Since(c.LastTransitionTime.Time) >= unplaceableAfter {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// neverFits reports whether pod asks more of some resource than node has allocatable at all, so
-// that no eviction or preemption could place it: it would hold the node without ever running. It
-// reads the pod, which the DaemonSet controller made from its template, and the Node alone, never
-// the other pods on the node. A resource the Node does not list yet (a device plugin's, before it
-// registers) may still come, and holds.
-func neverFits(pod *corev1.Pod, node *corev1.Node) bool {
-	for name, asked := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
-		if has, ok := node.Status.Allocatable[name]; ok && asked.Cmp(has) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// clip returns s cut to at most n bytes (less a rune cut in two), marked when cut, so one long
-// message leaves room in a verdict for the DaemonSets after it.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
-// placing returns ds's pod for node that the scheduler has not placed yet, or nil: the DaemonSet
-// controller names the node in the pod's required node affinity (metadata.name In [node]). On a
-// Node younger than unplaceableAfter no pod of its can have been unschedulable that long, so the
-// pods are not even listed: a booting node's checks, where DaemonSets lack pods for a moment,
-// cost no list.
-func (g *NodeAgentsGate) placing(ds *appsv1.DaemonSet, node *corev1.Node, pending func(string) ([]corev1.Pod, error)) (*corev1.Pod, error) {
-	if pending == nil || g.clock.Since(node.CreationTimestamp.Time) < unplaceableAfter {
-		return nil, nil
-	}
-	pods, err := pending(ds.Namespace)
-	if err != nil {
-		return nil, err
-	}
-	for i := range pods {
-		if controlledBy(&pods[i], ds) && forNode(&pods[i], node.Name) {
-			return &pods[i], nil
-		}
-	}
-	return nil, nil
-}
-
-// forNode reports whether pod's required node affinity names node, as the DaemonSet controller
-// writes it.
-func forNode(pod *corev1.Pod, node string) bool {
-	a := pod.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return false
-	}
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		for _, f := range term.MatchFields {
-			if f.Key == metav1.ObjectNameField && f.Operator == corev1.NodeSelectorOpIn && slices.Equal(f.Values, []string{node}) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// listAge is the age of the last list of DaemonSets.
-func (g *NodeAgentsGate) listAge() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.clock.Since(g.listedAt)
-}
-
-// selfPod is the agent's own pod, when it is among pods.
-func (g *NodeAgentsGate) selfPod(pods []corev1.Pod) *corev1.Pod {
-	for i := range pods {
-		if pods[i].Namespace == g.self.Namespace && pods[i].Name == g.self.Name {
-			return &pods[i]
-		}
-	}
-	return nil
-}
-
-// daemonSetRef is pod's controller reference when it names a DaemonSet (apps), or nil.
-func daemonSetRef(pod *corev1.Pod) *metav1.OwnerReference {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "DaemonSet" || !strings.HasPrefix(ref.APIVersion, appsv1.GroupName+"/") {
-		return nil
-	}
-	return ref
-}
-
-// controlledBy reports whether ds controls pod: its controller reference names ds by name and
-// UID, and the pod is in ds's namespace, where an owner must be. Anyone who may create a pod can
-// write any UID into its reference, so a UID alone would let a pod in another namespace pass
-// for a node agent's.
-func controlledBy(pod *corev1.Pod, ds *appsv1.DaemonSet) bool {
-	ref := daemonSetRef(pod)
-	return ref != nil && pod.Namespace == ds.Namespace && ref.Name == ds.Name && ref.UID == ds.UID
-}
-
-// podOf returns the pod of ds among pods, or nil: a Ready one that is not being deleted first,
-// then a Ready one (a rollout's old pod, still serving), then any.
-func podOf(ds *appsv1.DaemonSet, pods []corev1.Pod) *corev1.Pod {
-	var found *corev1.Pod
-	rank := func(p *corev1.Pod) int {
-		r := 0
-		if podReady(p) {
-			r += 2
-		}
-		if p.DeletionTimestamp == nil {
-			r++
-		}
-		return r
-	}
-	for i := range pods {
-		p := &pods[i]
-		if !controlledBy(p, ds) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if found == nil || rank(p) > rank(found) {
-			found = p
-		}
-	}
 	return found
 }
