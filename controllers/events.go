@@ -17,9 +17,9 @@ import (
 )
 
 // Reporting: what the reconciler's decisions found becomes metrics, events on the Node and log
-// lines here. Two reporters stand apart, each beside what it observes: the confinement check's
-// verdicts (confinement.go), and each gate's result, logged when it changes and kept in
-// startup_taint_gate_ready (gatecheck.go).
+// lines here. Two reporters stand apart: the confinement check's verdicts (confinement_events.go),
+// and each gate's result, logged when it changes and kept in startup_taint_gate_ready
+// (gatecheck.go).
 
 // report reports what the reconcile decided for the plan's group (reportDecision), and then what
 // its writes did: the condition's, and the taints' as outcome recorded it.
