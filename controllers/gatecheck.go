@@ -41,8 +41,8 @@ func (g *group) checkGates(ctx context.Context, reader, lister client.Reader, no
 	bootedAgain bool) (*gateError, time.Time) {
 	local, since := g.prober.notReady(bootedAgain)
 	var first *gateError
-	for i := range g.checks {
-		c := &g.checks[i]
+	for i := range g.reconciled {
+		c := &g.reconciled[i]
 		in := gates.Input{Node: node, Reader: reader, Lister: lister}
 		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, in)))
 		since = maxTime(since, g.passing.observe(i, gerr, now))
@@ -309,7 +309,7 @@ func (p *prober) probeOnce(ctx context.Context) {
 	next := make([]*gateError, len(p.gates))
 	for i, g := range p.gates {
 		start := p.clock.Now()
-		err := p.check(ctx, g)
+		err := p.probeGate(ctx, g)
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing about the agent
 		}
@@ -343,9 +343,9 @@ func (p *prober) probeOnce(ctx context.Context) {
 	}
 }
 
-// check runs one check of g, within the gate's timeout; a check the timeout cancels counts as
+// probeGate runs one check of g, within the gate's timeout; a check the timeout cancels counts as
 // gates.ReasonTimeout whatever the gate made of it.
-func (p *prober) check(ctx context.Context, g gates.Probed) error {
+func (p *prober) probeGate(ctx context.Context, g gates.Probed) error {
 	timeout := g.Timeout()
 	if timeout <= 0 {
 		return g.Check(ctx, gates.Input{})

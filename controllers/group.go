@@ -49,20 +49,21 @@ func CSIDriverGroup(node string, driver *gates.CSIGate) Group {
 // group is a Group at work: its gates' state and its episodes on the Node.
 type group struct {
 	Group
-	// prober probes the probed gates; checks are the others, checked at each reconcile in this
+	// prober probes the probed gates; reconciled are the others, checked at each reconcile in this
 	// order, and passing is when each of those started passing.
-	prober  *prober
-	checks  []check
-	passing passingSince
-	state   nodeState
+	prober     *prober
+	reconciled []reconciledGate
+	passing    passingSince
+	state      nodeState
 	// csiDriverRead is set once its driver's CSIDriver has been read (observe.go).
 	csiDriverRead bool
 	// metrics are the reconciler's.
 	metrics *metrics.Metrics
 }
 
-// check is a gate the reconcile checks itself, with the log of its verdicts.
-type check struct {
+// reconciledGate is a gate the reconcile checks itself (not a probed one), with the log of its
+// verdicts.
+type reconciledGate struct {
 	gate gates.Gate
 	log  gateLog
 }
@@ -183,7 +184,7 @@ func (r *NodeReconciler) buildGroup(cfg Group, interval time.Duration) *group {
 		if p, ok := gate.(gates.Probed); ok {
 			probed = append(probed, p)
 		} else {
-			g.checks = append(g.checks, check{gate: gate})
+			g.reconciled = append(g.reconciled, reconciledGate{gate: gate})
 		}
 	}
 	g.prober = newProber(probed, interval, r.NodeName, g.Name, r.wired.clock, r.wired.metrics)

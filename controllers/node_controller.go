@@ -333,7 +333,7 @@ func (r *NodeReconciler) nodeChanged() predicate.Predicate {
 			return !okOld || !okNew || !equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints) ||
 				putBackChanged(oldNode, newNode) ||
 				r.anyGroup(func(g *group) bool {
-					// The configured gates, never g.checks: the informer's goroutine runs this
+					// The configured gates, never g.reconciled: the informer's goroutine runs this
 					// while the reconcile writes the checks' logs.
 					return slices.ContainsFunc(g.Gates, func(gate gates.Gate) bool {
 						n, ok := gate.(gates.NodeReader)

@@ -195,20 +195,20 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 	// without a pod here.
 	serving := sync.OnceValues(func() ([]Plugin, error) { return g.registry.Serving(ctx) })
 	pending := g.pendingPods(ctx, in.Lister)
-	err = g.check(in.Node, daemons, pods, serving, pending)
+	err = g.verdict(in.Node, daemons, pods, serving, pending)
 	if err == nil && g.listAge() > confirmAfter {
 		// About to pass: on a list of now, so that a DaemonSet added since counts.
 		if daemons, err = g.daemonSets(ctx, in.Lister, pods, confirmAfter); err != nil {
 			return err
 		}
-		err = g.check(in.Node, daemons, pods, serving, pending)
+		err = g.verdict(in.Node, daemons, pods, serving, pending)
 	}
 	return err
 }
 
-// check returns why the node agents among daemons are not all ready on node, naming the
+// verdict returns why the node agents among daemons are not all ready on node, naming the
 // DaemonSets that hold it by reason, or nil.
-func (g *NodeAgentsGate) check(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
+func (g *NodeAgentsGate) verdict(node *corev1.Node, daemons []appsv1.DaemonSet, pods []corev1.Pod,
 	serving func() ([]Plugin, error), pending func(namespace string) ([]corev1.Pod, error)) error {
 	self := g.selfPod(pods)
 	// waiting are the DaemonSets that hold the node by reason class; named, the same as the message

@@ -83,7 +83,7 @@ func TestAPodOfAnotherNamespaceNeverPassesForANodeAgentsPod(t *testing.T) {
 	if err := c.List(context.Background(), pods); err != nil {
 		t.Fatal(err)
 	}
-	err := g.check(node, []appsv1.DaemonSet{*cni}, pods.Items, nil, nil)
+	err := g.verdict(node, []appsv1.DaemonSet{*cni}, pods.Items, nil, nil)
 	if err == nil || Reason(err) != ReasonDaemonPodNotReady || !strings.Contains(err.Error(), "kube-system/cni") {
 		t.Fatalf("check() = %v, want kube-system/cni held as %s", err, ReasonDaemonPodNotReady)
 	}
