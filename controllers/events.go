@@ -61,7 +61,7 @@ func (r *NodeReconciler) reportBootRecordFull(node *corev1.Node, keys []string) 
 }
 
 // reportCSIDriver reports, once, what the group's CSIDriver means for this install (observe.go).
-func (r *NodeReconciler) reportCSIDriver(ctx context.Context, read csiDriverRead) {
+func (r *NodeReconciler) reportCSIDriver(ctx context.Context, read csiDriverFound) {
 	logger := log.FromContext(ctx).WithValues("driver", read.name)
 	if read.forbidden != nil {
 		logger.Info("cannot read the driver's CSIDriver to tell whether the scheduler's own check keeps pods off this node; "+
@@ -83,8 +83,8 @@ func (r *NodeReconciler) reportCSIDriver(ctx context.Context, read csiDriverRead
 // CSIDriver, what it observed of the taints, the wait for a gate, and a dry run's change it did not
 // make.
 func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, p *plan) {
-	if p.csiDriverRead {
-		r.reportCSIDriver(ctx, p.csiDriver)
+	if p.csiDriver != nil {
+		r.reportCSIDriver(ctx, *p.csiDriver)
 	}
 	r.reportObservation(ctx, node, p.specs, p.startup, p.obs)
 	if p.waiting {

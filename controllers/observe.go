@@ -38,7 +38,7 @@ func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Nod
 	}
 	p := &plan{g: g, specs: specs, startup: g.startupSpecs(), now: now, putsBack: putsBack, bootedAgain: g.bootedAgain(node)}
 	p.obs = g.state.observe(node, specs, g.retaintKey(putsBack), now)
-	p.csiDriver, p.csiDriverRead = r.readCSIDriver(ctx, g)
+	p.csiDriver = r.readCSIDriver(ctx, g)
 	return p
 }
 
@@ -213,8 +213,8 @@ func (g *group) driverName() string {
 	return ""
 }
 
-// csiDriverRead is what the one read of a group's CSIDriver found.
-type csiDriverRead struct {
+// csiDriverFound is what the one read of a group's CSIDriver found.
+type csiDriverFound struct {
 	name string
 	// prevents: the CSIDriver sets preventPodSchedulingIfMissing.
 	prevents bool
@@ -223,25 +223,25 @@ type csiDriverRead struct {
 }
 
 // readCSIDriver reads the group's CSIDriver, once its driver has told its name, and returns what
-// it found; ok is false before the name is known, after the read, and when the read failed for
-// another reason than the object's absence or a refusal, which the next reconcile tries again.
-func (r *NodeReconciler) readCSIDriver(ctx context.Context, g *group) (read csiDriverRead, ok bool) {
+// it found; nil before the name is known, after the read, and when the read failed for another
+// reason than the object's absence or a refusal, which the next reconcile tries again.
+func (r *NodeReconciler) readCSIDriver(ctx context.Context, g *group) *csiDriverFound {
 	name := g.driverName()
 	if g.csiDriverRead || name == "" {
-		return read, false
+		return nil
 	}
 	d := &storagev1.CSIDriver{}
 	err := r.wired.reader.Get(ctx, client.ObjectKey{Name: name}, d)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		log.FromContext(ctx).V(4).Info("reading the driver's CSIDriver", "driver", name, "error", err.Error())
-		return read, false
+		return nil
 	}
 	g.csiDriverRead = true
-	read.name = name
+	found := &csiDriverFound{name: name}
 	if apierrors.IsForbidden(err) {
-		read.forbidden = err
-		return read, true
+		found.forbidden = err
+		return found
 	}
-	read.prevents = err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
-	return read, true
+	found.prevents = err == nil && d.Spec.PreventPodSchedulingIfMissing != nil && *d.Spec.PreventPodSchedulingIfMissing
+	return found
 }

@@ -88,13 +88,12 @@ type plan struct {
 	// puts back where it is the agent's to remove), what the Node carries of them (obs), whether
 	// that taint is the agent's (putsBack), whether the Node booted again since the group's gates
 	// last passed (bootedAgain), and the group's CSIDriver when this reconcile read it.
-	specs         []startuptaint.TaintSpec
-	startup       []startuptaint.TaintSpec
-	obs           observation
-	putsBack      bool
-	bootedAgain   bool
-	csiDriver     csiDriverRead
-	csiDriverRead bool
+	specs       []startuptaint.TaintSpec
+	startup     []startuptaint.TaintSpec
+	obs         observation
+	putsBack    bool
+	bootedAgain bool
+	csiDriver   *csiDriverFound
 
 	// check: the gates' verdict over time; its notReady is the gate that holds the group's taints,
 	// nil when every gate passes, which is also what the Node condition says.
