@@ -118,8 +118,8 @@ func (c *ConfinementCheck) channels() {
 	})
 }
 
-// Recheck asks for another check soon; it never blocks.
-func (c *ConfinementCheck) Recheck() {
+// CheckAgain asks for another check soon; it never blocks.
+func (c *ConfinementCheck) CheckAgain() {
 	c.channels()
 	select {
 	case c.recheck <- struct{}{}:

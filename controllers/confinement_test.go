@@ -140,14 +140,14 @@ func TestConfinementCheckWarnsOncePerVerdictAndRechecksWhenAsked(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.Default().Confined); got != 0 {
 		t.Errorf("startup_taint_confined = %v, want 0", got)
 	}
-	check.Recheck()
+	check.CheckAgain()
 	eventually(t, "the second check", func() bool { return api.count() == 2 })
 	time.Sleep(50 * time.Millisecond)
 	if len(recorder.Events) != 0 {
 		t.Errorf("the same verdict warned again: %v", <-recorder.Events)
 	}
 	api.set(policyDenial)
-	check.Recheck()
+	check.CheckAgain()
 	eventually(t, "the gauge to turn 1", func() bool { return testutil.ToFloat64(metrics.Default().Confined) == 1 })
 }
 

@@ -278,6 +278,6 @@ func (r *NodeReconciler) reportConflict(orig *corev1.Node, plans []*plan) {
 // forbidden, or the other way round.
 func (r *NodeReconciler) permissionsChanged() {
 	if r.Confinement != nil {
-		r.Confinement.Recheck()
+		r.Confinement.CheckAgain()
 	}
 }
