@@ -30,20 +30,20 @@ import (
 
 // check checks the plan's group's gates and records their verdict over time (nodeState.judge).
 func (r *NodeReconciler) check(ctx context.Context, node *corev1.Node, p *plan) {
-	notReady, readySince := p.g.checkGates(ctx, r.wired.client, r.wired.reader, node, p.now, p.bootedAgain)
+	notReady, readySince := p.g.checkGates(ctx, r.wired.client, r.wired.apiReader, node, p.now, p.bootedAgain)
 	p.v = p.g.state.judge(notReady, readySince, p.now)
 }
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when
 // all pass. It evaluates every gate, so the gate metrics stay current; bootedAgain tells the
 // probed gates that what a reboot leaves stale cannot count (gates.AfterReboot).
-func (g *group) checkGates(ctx context.Context, reader, lister client.Reader, node *corev1.Node, now time.Time,
+func (g *group) checkGates(ctx context.Context, reader, apiReader client.Reader, node *corev1.Node, now time.Time,
 	bootedAgain bool) (*gateError, time.Time) {
 	local, since := g.prober.notReady(bootedAgain)
 	var first *gateError
 	for i := range g.reconciled {
 		c := &g.reconciled[i]
-		in := gates.Input{Node: node, Reader: reader, Lister: lister}
+		in := gates.Input{Node: node, Reader: reader, APIReader: apiReader}
 		gerr := c.log.report(ctx, g.metrics, g.Name, c.gate.Name(), answer(c.gate, c.gate.Check(ctx, in)))
 		since = maxTime(since, g.passing.observe(i, gerr, now))
 		if first == nil {

@@ -63,7 +63,7 @@ type NodeReconciler struct {
 	Client client.Client
 	// APIReader reads from the API server, past the manager's cache: the Node after a conflict,
 	// when the cache may still be behind, and at shutdown; the group's CSIDriver; and what the
-	// gates list from the API server's watch cache (gates.Input.Lister). The manager's when nil.
+	// gates list from the API server's watch cache (gates.Input.APIReader). The manager's when nil.
 	APIReader client.Reader
 
 	// NodeName is the Node this controller looks after: the one its pod runs on.
@@ -279,7 +279,7 @@ func (r *NodeReconciler) build() {
 	if interval <= 0 {
 		interval = DefaultProbeInterval
 	}
-	r.wired = wiring{client: r.Client, reader: r.APIReader, recorder: r.Recorder, clock: r.Clock, metrics: metrics.For(r.Registerer)}
+	r.wired = wiring{client: r.Client, apiReader: r.APIReader, recorder: r.Recorder, clock: r.Clock, metrics: metrics.For(r.Registerer)}
 	if r.wired.clock == nil {
 		r.wired.clock = clock.RealClock{}
 	}
@@ -291,11 +291,11 @@ func (r *NodeReconciler) build() {
 
 // wiring is what a NodeReconciler runs with.
 type wiring struct {
-	client   client.Client
-	reader   client.Reader
-	recorder events.EventRecorder
-	clock    clock.WithTicker
-	metrics  *metrics.Metrics
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.WithTicker
+	metrics   *metrics.Metrics
 }
 
 // from takes what is still empty from mgr.
@@ -303,8 +303,8 @@ func (w *wiring) from(mgr ctrl.Manager) {
 	if w.client == nil {
 		w.client = mgr.GetClient()
 	}
-	if w.reader == nil {
-		w.reader = mgr.GetAPIReader()
+	if w.apiReader == nil {
+		w.apiReader = mgr.GetAPIReader()
 	}
 	if w.recorder == nil {
 		w.recorder = mgr.GetEventRecorder(startuptaint.EventSource)

@@ -231,7 +231,7 @@ func (r *NodeReconciler) readCSIDriver(ctx context.Context, g *group) *csiDriver
 		return nil
 	}
 	d := &storagev1.CSIDriver{}
-	err := r.wired.reader.Get(ctx, client.ObjectKey{Name: name}, d)
+	err := r.wired.apiReader.Get(ctx, client.ObjectKey{Name: name}, d)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		log.FromContext(ctx).V(4).Info("reading the driver's CSIDriver", "driver", name, "error", err.Error())
 		return nil

@@ -48,7 +48,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 	}
 	logger := log.FromContext(ctx).WithValues("node", r.NodeName)
 	node := &corev1.Node{}
-	if err := r.wired.reader.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil {
+	if err := r.wired.apiReader.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil {
 		logger.Info("could not read the Node as the agent stops; no taint put back", "error", err.Error())
 		return
 	}

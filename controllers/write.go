@@ -91,7 +91,7 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		if !first {
 			// The cache lost the race; read the Node as the API server has it now.
-			if err := r.wired.reader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			if err := r.wired.apiReader.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 				return err
 			}
 		}

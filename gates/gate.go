@@ -42,9 +42,10 @@ type Input struct {
 	Node *corev1.Node
 	// Reader reads the manager's cache, which holds what each Cached gate declared.
 	Reader client.Reader
-	// Lister reads the API server itself, for what no cache holds: the DaemonSets the node
-	// agents' gate lists, from the API server's watch cache, rather than watch.
-	Lister client.Reader
+	// APIReader reads the API server itself, for what no cache holds: the DaemonSets the node
+	// agents' gate lists, from the API server's watch cache, rather than watch. It is the
+	// reconciler's APIReader.
+	APIReader client.Reader
 }
 
 // Probed is implemented by gates that check the node itself (a socket, an endpoint, a file), which

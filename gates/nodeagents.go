@@ -186,7 +186,7 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 		return fmt.Errorf("listing node %s's pods: %w", g.node, err)
 	}
 	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != g.node || !g.inNamespaces(p.Namespace) })
-	daemons, err := g.daemonSets(ctx, in.Lister, pods, 0)
+	daemons, err := g.daemonSets(ctx, in.APIReader, pods, 0)
 	if err != nil {
 		return err
 	}
@@ -194,11 +194,11 @@ func (g *NodeAgentsGate) Check(ctx context.Context, in Input) error {
 	// the pods the scheduler has not placed, once per namespace, and only for a DaemonSet
 	// without a pod here.
 	serving := sync.OnceValues(func() ([]Plugin, error) { return g.registry.Serving(ctx) })
-	pending := g.pendingPods(ctx, in.Lister)
+	pending := g.pendingPods(ctx, in.APIReader)
 	err = g.verdict(in.Node, daemons, pods, serving, pending)
 	if err == nil && g.listAge() > confirmAfter {
 		// About to pass: on a list of now, so that a DaemonSet added since counts.
-		if daemons, err = g.daemonSets(ctx, in.Lister, pods, confirmAfter); err != nil {
+		if daemons, err = g.daemonSets(ctx, in.APIReader, pods, confirmAfter); err != nil {
 			return err
 		}
 		err = g.verdict(in.Node, daemons, pods, serving, pending)

@@ -32,7 +32,7 @@ func TestTheNodeAgentsGateCountsADaemonSetAddedWhileTheNodeWaits(t *testing.T) {
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
 	ctx := context.Background()
 	check := func() string {
-		err := g.Check(ctx, Input{Node: node, Reader: c, Lister: c})
+		err := g.Check(ctx, Input{Node: node, Reader: c, APIReader: c})
 		if err == nil {
 			return ""
 		}
@@ -115,7 +115,7 @@ func TestOnlyTheNodeAgentsNamespacesHoldTheNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Self: types.NamespacedName{Namespace: tc.own, Name: "agent"},
 				Namespaces: tc.namespaces, Startup: []corev1.Taint{startup}, Clock: clocktesting.NewFakePassiveClock(time.Now())})
-			err := g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c})
+			err := g.Check(context.Background(), Input{Node: node, Reader: c, APIReader: c})
 			var nr *NotReadyError
 			switch {
 			case tc.want == nil && err != nil:
@@ -183,7 +183,7 @@ func TestADaemonSetWhosePodTheSchedulerCannotPlace(t *testing.T) {
 				Reason: corev1.PodReasonUnschedulable, Message: tc.message, LastTransitionTime: metav1.NewTime(clk.Now().Add(-tc.since))}}
 			c := nodeAgentsClient(huge, pending)
 			g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
-			err := g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c})
+			err := g.Check(context.Background(), Input{Node: node, Reader: c, APIReader: c})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("Check = %v, want it to pass", err)

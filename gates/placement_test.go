@@ -120,7 +120,7 @@ func TestTheNodeAgentsGateWaitsForEveryDaemonSetThatShouldRunHereAndToleratesThe
 			if tc.self != "" {
 				o.Self = types.NamespacedName{Namespace: "kube-system", Name: tc.self + "-x"}
 			}
-			err := NewNodeAgentsGate(o).Check(context.Background(), Input{Node: n, Reader: c, Lister: c})
+			err := NewNodeAgentsGate(o).Check(context.Background(), Input{Node: n, Reader: c, APIReader: c})
 			got := ""
 			if err != nil {
 				got = Reason(err)

@@ -49,7 +49,7 @@ func TestTheNodeAgentsGateWaitsForTheRegistrarOfAPodThatRegistersWithKubelet(t *
 		daemonPodOn(reader, "n1", true))
 	g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup},
 		Registry: NewPluginRegistry(registry), Clock: clocktesting.NewFakePassiveClock(time.Now())})
-	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, Lister: c}) }
+	check := func() error { return g.Check(context.Background(), Input{Node: node, Reader: c, APIReader: c}) }
 
 	err = check()
 	if Reason(err) != ReasonRegistrarNotServing || !strings.Contains(err.Error(), "kube-system/ebs, kube-system/efs") ||
