@@ -28,10 +28,11 @@ import (
 // logged when it changes and kept in startup_taint_gate_ready (gateLog), and the verdict over time
 // in the Node's state (judge).
 
-// check checks the plan's group's gates and records their verdict over time (nodeState.judge).
-func (r *NodeReconciler) check(ctx context.Context, node *corev1.Node, p *plan) {
-	notReady, readySince := p.g.checkGates(ctx, r.wired.client, r.wired.apiReader, node, p.now, p.bootedAgain)
-	p.v = p.g.state.judge(notReady, readySince, p.now)
+// check checks the group's gates, and returns their verdict over time, as its state records it
+// (nodeState.judge).
+func (r *NodeReconciler) check(ctx context.Context, node *corev1.Node, g *group, found observed, now time.Time) verdict {
+	notReady, readySince := g.checkGates(ctx, r.wired.client, r.wired.apiReader, node, now, found.bootedAgain)
+	return g.state.judge(notReady, readySince, now)
 }
 
 // checkGates returns the group's first gate that does not pass, or nil and the time since when

@@ -28,18 +28,16 @@ const RegistrationWindow = 10 * time.Minute
 
 // observe reads what the group's decision rests on: which of its startup taints the Node carries
 // and what changed since the last reconcile (nodeState.observe), and, once, its driver's
-// CSIDriver. It returns nil while the group's taints are not known yet.
-func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Node, now time.Time) *plan {
+// CSIDriver. It returns false while the group's taints are not known yet.
+func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Node, now time.Time) (observed, bool) {
 	putsBack := r.putsBack(g, node)
 	specs := g.taintSpecs(putsBack)
 	if len(specs) == 0 {
 		log.FromContext(ctx).V(4).Info("waiting for the driver's name to know its startup taint")
-		return nil
+		return observed{}, false
 	}
-	p := &plan{g: g, specs: specs, startup: g.startupSpecs(), now: now, putsBack: putsBack, bootedAgain: g.bootedAgain(node)}
-	p.obs = g.state.observe(node, specs, g.retaintKey(putsBack), now)
-	p.csiDriver = r.readCSIDriver(ctx, g)
-	return p
+	return observed{specs: specs, startup: g.startupSpecs(), putsBack: putsBack, bootedAgain: g.bootedAgain(node),
+		obs: g.state.observe(node, specs, g.retaintKey(putsBack), now), csiDriver: r.readCSIDriver(ctx, g)}, true
 }
 
 // startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's

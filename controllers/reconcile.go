@@ -47,11 +47,13 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	plans := make([]*plan, 0, len(r.running))
 	for _, g := range r.running {
 		gctx := g.logContext(ctx)
-		if p := r.observe(gctx, g, node, now); p != nil {
-			r.check(gctx, node, p)
-			r.decide(gctx, node, p)
-			plans = append(plans, p)
+		found, ok := r.observe(gctx, g, node, now)
+		if !ok {
+			continue
 		}
+		p := &plan{g: g, now: now, observed: found, v: r.check(gctx, node, g, found, now)}
+		r.decide(gctx, node, p)
+		plans = append(plans, p)
 	}
 	var res ctrl.Result
 	var errs []error
@@ -77,33 +79,42 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	return res, errors.Join(errs...)
 }
 
-// plan carries one group through one reconcile: each stage fills in its part, in the loop's order,
-// and report says it all at the end.
+// plan carries one group through one reconcile: what each stage found, one value per stage, in
+// the loop's order, and report says it all at the end. observe and check return theirs; decide,
+// write and outcome fill in their own, and only their own.
 type plan struct {
 	g *group
 	// now is when the reconcile began: the one time its observations and decisions are made at.
 	now time.Time
 
-	// observe: the group's taints (specs: its startup taints as configured, and the one an agent
-	// puts back where it is the agent's to remove), what the Node carries of them (obs), whether
-	// that taint is the agent's (putsBack), whether the Node booted again since the group's gates
-	// last passed (bootedAgain), and the group's CSIDriver when this reconcile read it.
+	observed
+	// v is check's: the gates' verdict over time; its notReady is the gate that holds the group's
+	// taints, nil when every gate passes, which is also what the Node condition says.
+	v verdict
+	decision
+	wrote
+	recorded
+}
+
+// observed is what observe found: the group's taints (specs: its startup taints as configured, and
+// the one an agent puts back where it is the agent's to remove), what the Node carries of them
+// (obs), whether that taint is the agent's (putsBack), whether the Node booted again since the
+// group's gates last passed (bootedAgain), and the group's CSIDriver when this reconcile read it.
+type observed struct {
 	specs       []startuptaint.TaintSpec
 	startup     []startuptaint.TaintSpec
 	obs         observation
 	putsBack    bool
 	bootedAgain bool
 	csiDriver   *csiDriverFound
+}
 
-	// check: the gates' verdict over time; its notReady is the gate that holds the group's taints,
-	// nil when every gate passes, which is also what the Node condition says.
-	v verdict
-
-	// decide: remove is set when the group's startup taints go now; forced, when MaxWait forces
-	// them. retaint is the taint put back now, cause why and told what to say (putback.go). recordBoot is set when
-	// the boot record alone is brought up to this boot (putback.go); bootRecordFull, when it is
-	// behind and this boot's entries would take it beyond its bounds. requeue is when to reconcile
-	// again for this group, when nothing is written.
+// decision is what decide chose: remove is set when the group's startup taints go now; forced,
+// when MaxWait forces them. retaint is the taint put back now, cause why and told what to say
+// (putback.go). recordBoot is set when the boot record alone is brought up to this boot
+// (putback.go); bootRecordFull, when it is behind and this boot's entries would take it beyond its
+// bounds. requeue is when to reconcile again for this group, when nothing is written.
+type decision struct {
 	remove         bool
 	forced         bool
 	retaint        *startuptaint.TaintSpec
@@ -116,19 +127,23 @@ type plan struct {
 	// gate and reason class), and a dry run's removal or re-taint that it did not make.
 	waiting, firstWait        bool
 	wouldRemove, wouldRetaint bool
+}
 
-	// write: the Node condition publishCondition wrote, and its error. orig is the Node before the
-	// patch that carried this plan's change, nil when that patch changed nothing or the Node is
-	// gone; err is the patch's error, and written when the API server accepted it: the end of the
-	// reaction time.
+// wrote is what write did: the Node condition publishCondition wrote, and its error. orig is the
+// Node before the patch that carried this plan's change, nil when that patch changed nothing or
+// the Node is gone; err is the patch's error, and written when the API server accepted it: the end
+// of the reaction time.
+type wrote struct {
 	condition    *corev1.NodeCondition
 	conditionErr error
 	orig         *corev1.Node
 	err          error
 	written      time.Time
+}
 
-	// outcome: the removal, or its failure and the error it returns; whether the write put the
-	// taint back.
+// recorded is what outcome recorded: the removal, or its failure and the error it returns; whether
+// the write put the taint back.
+type recorded struct {
 	removal   *removal
 	failure   *failure
 	retainted bool

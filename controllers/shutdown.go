@@ -61,7 +61,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		if !r.putsBack(g, node) || len(startuptaint.MatchingTaints(node.Spec.Taints, specs)) > 0 {
 			continue
 		}
-		p := &plan{g: g, specs: specs, putsBack: true}
+		p := &plan{g: g, observed: observed{specs: specs, putsBack: true}}
 		cause, ok := r.causeAtStop(node, p)
 		if !ok {
 			continue
