@@ -21,7 +21,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func TestMaxWaitForcesTheRemovalAtItsDeadlineAndNotBefore(t *testing.T) {
@@ -107,7 +107,7 @@ func TestFlappingGateSendsOneEventPerReason(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nodeWith(startup)).Build()
 	gate := &flipGate{err: errNotReady}
 	recorder := events.NewFakeRecorder(1000)
-	r := newTestReconciler(t, c, expectations.AlwaysReady{}, gate)
+	r := newTestReconciler(t, c, testkit.AlwaysReady{}, gate)
 	r.Recorder = recorder
 	r.build() // the recorder is read when the reconciler is built
 	probe(r)

@@ -20,7 +20,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var _ = Describe("The allocatable resource gate (device plugins)", func() {
@@ -62,8 +62,8 @@ var _ = Describe("The allocatable resource gate (device plugins)", func() {
 	})
 })
 
-var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(expectations.EveryMinor), func() {
-	if !expectations.ServesMinor(startuptaint.ResourceSliceMinor) {
+var _ = Describe("The ResourceSlice gate (DRA drivers)", Label(testkit.EveryMinor), func() {
+	if !testkit.ServesMinor(startuptaint.ResourceSliceMinor) {
 		return // below, the binary refuses the gate (cmd/server.go)
 	}
 	It("holds the taint until the driver publishes a device for this node; other nodes' and other drivers' slices do not count",

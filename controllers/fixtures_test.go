@@ -32,7 +32,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // The unit tests' shared fixtures: the reconciler over a fake client, its gates, and the episode
@@ -57,7 +57,7 @@ var errNotReady = gates.NotReady(gates.ReasonNotReady, errors.New("driver report
 func newTestReconciler(t *testing.T, c client.Client, checks ...gates.Gate) *NodeReconciler {
 	t.Helper()
 	if len(checks) == 0 {
-		checks = []gates.Gate{expectations.AlwaysReady{}}
+		checks = []gates.Gate{testkit.AlwaysReady{}}
 	}
 	r := &NodeReconciler{
 		Client:    c,

@@ -27,8 +27,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func openFDs(t *testing.T) int {
@@ -274,7 +274,7 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	// The first boot: the gate does not pass, and is not heeded.
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v at the first boot, want the startup taint gone whatever the gate says", got)
 	}
 
@@ -282,13 +282,13 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	e.updateStatus(booted("boot-2"))
 	e.restart(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the reboot while the gate does not pass, want %v back", got, retaintTaint)
 	}
 	stale.err = nil
 	probe(e.r)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v once the gate passes", got)
 	}
 
@@ -296,7 +296,7 @@ func TestAGateOfWhatARebootLeavesStaleHoldsOnlyAfterAReboot(t *testing.T) {
 	stale.err = errNotReady
 	e.restart(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after a restart in the same boot, want no re-taint", got)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func TestEachGroupsFirstRemovalIsCountedOnceWhateverTheOthersDid(t *testing.T) {
@@ -63,7 +63,7 @@ func TestGroupsThatPassTogetherGoInOnePatch(t *testing.T) {
 	if g.patches != 1 {
 		t.Fatalf("%d patches, want one for both groups", g.patches)
 	}
-	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := g.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v, want only the foreign one", got)
 	}
 	if _, locked := sent["metadata"].(map[string]any)["resourceVersion"]; !locked {
@@ -94,7 +94,7 @@ func TestAGroupTheAdmissionPolicyRefusesHoldsBackOnlyItself(t *testing.T) {
 	})
 	g.flip(true, true)
 	wait := g.reconcile()
-	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, fileTaint}) {
+	if got := g.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, fileTaint}) {
 		t.Fatalf("taints %v: the disk group's taint must go although the file group's is refused", got)
 	}
 	if wait != time.Second {
@@ -185,7 +185,7 @@ func TestAGroupsRetaintGoesInTheSamePatchAsAnotherGroupsRemoval(t *testing.T) {
 	before := g.patches
 	g.reconcile()
 	back := corev1.Taint{Key: diskTaint.Key, Effect: corev1.TaintEffectNoSchedule}
-	if got := g.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, back}) {
+	if got := g.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, back}) {
 		t.Fatalf("taints %v: want the file group's removed and the disk group's put back", got)
 	}
 	if got := g.patches - before; got != 1 {

@@ -21,8 +21,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var _ = Describe("Several drivers on one node (Groups)", func() {
@@ -62,7 +62,7 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
 				label, taint := fmt.Sprint(i), i%2 == 0
-				Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+				Expect(testkit.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 					if node.Labels == nil {
 						node.Labels = map[string]string{}
 					}
@@ -93,7 +93,7 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("disk/csi"))).To(Equal(0.0))
 		Expect(testutil.ToFloat64(metrics.Default().GateReady.WithLabelValues("file/csinode"))).To(Equal(1.0))
 		Eventually(func(g Gomega) []string {
-			notes, err := expectations.EventNotes(ctx, k8sClient, nodeName, startuptaint.EventReasonWaitingForDriver)
+			notes, err := testkit.EventNotes(ctx, k8sClient, nodeName, startuptaint.EventReasonWaitingForDriver)
 			g.Expect(err).NotTo(HaveOccurred())
 			return notes
 		}).WithContext(ctx).Should(ContainElement(HavePrefix("Holding startup taints: csi gate of group disk: ")), "each group's wait names its group")
@@ -101,7 +101,7 @@ var _ = Describe("Several drivers on one node (Groups)", func() {
 		By("the disk driver turning ready, then kubelet registering it")
 		diskDriver.SetReadiness(fakecsi.Ready)
 		Consistently(func(g Gomega) { g.Expect(nodeTaints(g, ctx, nodeName)).To(ContainElement(diskTaint)) }, "500ms").WithContext(ctx).Should(Succeed())
-		Expect(retry.RetryOnConflict(expectations.PatientRetry, func() error {
+		Expect(retry.RetryOnConflict(testkit.PatientRetry, func() error {
 			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(csiNode), csiNode); err != nil {
 				return err
 			}

@@ -18,8 +18,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var _ = Describe("Observability", func() {
@@ -95,7 +95,7 @@ var _ = Describe("Observability", func() {
 		spec := []startuptaint.TaintSpec{{Key: key}}
 		createNode(ctx, nodeName)
 		startManager(&controllers.NodeReconciler{NodeName: nodeName,
-			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
+			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{testkit.AlwaysReady{}}}}})
 		warnings := func(g Gomega) int {
 			return eventOccurrences(g, ctx, nodeName, startuptaint.EventReasonRegisteredWithoutTaint)
 		}
@@ -109,11 +109,11 @@ var _ = Describe("Observability", func() {
 		By("a restarted agent on a Node whose taint an agent removed before")
 		restarted := uniqueNodeName()
 		node := createNode(ctx, restarted)
-		Expect(expectations.UpdateNode(ctx, k8sClient, node.Name, func(n *corev1.Node) {
+		Expect(testkit.UpdateNode(ctx, k8sClient, node.Name, func(n *corev1.Node) {
 			n.Annotations = map[string]string{startuptaint.RemovedAnnotation: key}
 		})).To(Succeed())
 		startManager(&controllers.NodeReconciler{NodeName: restarted,
-			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{expectations.AlwaysReady{}}}}})
+			Groups: []controllers.Group{{Taints: spec, Gates: []gates.Gate{testkit.AlwaysReady{}}}}})
 		Consistently(func(g Gomega) int { return eventOccurrences(g, ctx, restarted, "") }, 2*time.Second).Should(BeZero())
 	})
 
@@ -129,7 +129,7 @@ var _ = Describe("Observability", func() {
 		present := metrics.Default().Present.WithLabelValues(startupTaint.Key)
 
 		By("another writer removing the taint, and the agent seeing it gone")
-		Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(n *corev1.Node) {
+		Expect(testkit.UpdateNode(ctx, k8sClient, nodeName, func(n *corev1.Node) {
 			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})
 		})).To(Succeed())
 		Eventually(func() float64 { return testutil.ToFloat64(present) }).Should(BeZero())

@@ -22,7 +22,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func TestEveryPutBackCauseHasOneRuleAndWordsOfItsOwn(t *testing.T) {
@@ -56,7 +56,7 @@ func TestADryRunSaysWhyItWouldPutTheTaintBackWhateverTheCause(t *testing.T) {
 	e.reconcile()
 	expectEvents(t, e.events(), "Normal WouldAddTaint Dry run: would put startup taint example.com/agent-not-ready:NoSchedule back now: "+
 		"the node is cordoned")
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after a dry run, want %v as they were", got, foreign)
 	}
 }
@@ -80,7 +80,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	if wait := e.reconcile(); wait != 0 {
 		t.Fatalf("requeue after %s, want the taint back at once", wait)
 	}
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the reboot, want %v back", got, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -92,7 +92,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	// The driver is back: the taint goes, and the record names this boot.
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v once the gates pass, want only %v", got, foreign)
 	}
 	if got := e.node().Annotations[startuptaint.BootAnnotation]; got != startup.Key+"=boot-2" {
@@ -102,7 +102,7 @@ func TestARebootPutsTheTaintBackAtOnceUntilTheGatesPassAgain(t *testing.T) {
 	// The agent's own rollout in the same boot, with its driver restarting too: no re-taint.
 	e.restart(false)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after a restart of the agent in the same boot", got)
 	}
 }
@@ -121,7 +121,7 @@ func TestMaxWaitBoundsATaintPutBackAfterARebootFromTheBoot(t *testing.T) {
 	e.updateStatus(booted("boot-2"))
 	e.restart(false)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the reboot, a day after the Node's creation: want %v back, held", got, retaintTaint)
 	}
 	e.events()
@@ -129,12 +129,12 @@ func TestMaxWaitBoundsATaintPutBackAfterARebootFromTheBoot(t *testing.T) {
 	if wait := e.reconcile(); wait != 6*time.Minute {
 		t.Fatalf("requeue after %s, want the deadline, 10m after the boot", wait)
 	}
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v before the deadline", got)
 	}
 	e.clock.Step(6 * time.Minute)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v at the deadline, want only %v", got, foreign)
 	}
 	expectEvents(t, e.events(), "Warning TaintRemovedUnready Removed startup taints [example.com/agent-not-ready:NoSchedule] "+
@@ -143,7 +143,7 @@ func TestMaxWaitBoundsATaintPutBackAfterARebootFromTheBoot(t *testing.T) {
 		t.Fatalf("%s = %q, want this boot recorded by the forced removal", startuptaint.BootAnnotation, got)
 	}
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: put back again in the boot whose deadline passed", got)
 	}
 }
@@ -161,7 +161,7 @@ func TestABootWhoseGatesPassAtOnceIsRecordedSoALaterRestartIsNoReboot(t *testing
 	}
 	e.restart(false)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a restart after the record was brought up to date read as a reboot", got)
 	}
 }
@@ -217,7 +217,7 @@ func TestWithoutABootIDOrARecordNothingGoesBack(t *testing.T) {
 			e := newEpisodeTest(t, node)
 			e.ready(false)
 			e.reconcile()
-			if got := e.node(); !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
+			if got := e.node(); !testkit.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
 				t.Fatalf("taints %v, boot record %q: want nothing written", got.Spec.Taints, got.Annotations[startuptaint.BootAnnotation])
 			}
 		})
@@ -245,7 +245,7 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 	// A drain before a reboot: the node is cordoned while its driver still works.
 	cordon(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v on a cordoned node, want %v back", got, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Normal TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -254,14 +254,14 @@ func TestACordonPutsTheTaintBackAndHoldsItUntilTheUncordon(t *testing.T) {
 		t.Fatalf(`startup_taint_retaints_total{result="added_at_cordon"} rose by %v, want 1`, got)
 	}
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v: the gates pass, but the node is still cordoned", got)
 	}
 
 	// Uncordoned without a reboot: the taint goes at once.
 	cordon(false)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the uncordon, want only %v", got, foreign)
 	}
 }
@@ -272,7 +272,7 @@ func TestACordonWithoutABootRecordLeavesTheNodeAlone(t *testing.T) {
 	e := newEpisodeTest(t, node)
 	e.ready(true)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a node whose taint no agent removed got one", got)
 	}
 }
@@ -295,12 +295,12 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	if wait := e.reconcile(); wait != time.Second {
 		t.Fatalf("requeue after %s, want the rest of the grace, 1s", wait)
 	}
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v before the grace has passed", got)
 	}
 	e.clock.Step(time.Second)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v after the grace, want %v and %v", got, foreign, retaintTaint)
 	}
 	expectEvents(t, e.events(), "Warning TaintAddedBack Put startup taint example.com/agent-not-ready:NoSchedule back: "+
@@ -322,7 +322,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 		e.reconcile()
 		e.clock.Step(time.Second)
 	}
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v while the driver flaps", got)
 	}
 	expectEvents(t, e.events())
@@ -332,7 +332,7 @@ func TestRetaintPutsTheTaintBackWithNoScheduleAfterTheGraceAndHoldsItAgainstFlap
 	e.reconcile()
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the hold time, want only %v", got, foreign)
 	}
 	expectEvents(t, e.events(), "Normal TaintRemovedAgain Startup taints [example.com/agent-not-ready:NoSchedule] came back and were removed again after 1m25s")
@@ -360,7 +360,7 @@ func TestRetaintNeverStartsBeforeTheFirstProbe(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, node); err != nil {
 		t.Fatal(err)
 	}
-	if !expectations.EqualTaints(node.Spec.Taints, []corev1.Taint{foreign}) {
+	if !testkit.EqualTaints(node.Spec.Taints, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: a verdict nobody has probed put the taint back", node.Spec.Taints)
 	}
 }
@@ -377,7 +377,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	e.clock.Step(time.Hour)
 	readded := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString()))
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v: the maximum wait forced off a taint that came back", got)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Readded.WithLabelValues(retaintTaint.ToString())) - readded; got != 1 {
@@ -389,7 +389,7 @@ func TestARetaintedNodeIsHeldAfterARestartAndNeverForcedByMaxWait(t *testing.T) 
 	}
 	e.clock.Step(30 * time.Second)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v after the hold time", got)
 	}
 }
@@ -435,7 +435,7 @@ func TestABootIDTheRecordCannotHoldNeitherBlocksTheRemovalNorPutsTheTaintBack(t 
 	e := newEpisodeTest(t, node)
 	e.ready(true)
 	e.reconcile()
-	if got := e.node(); !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
+	if got := e.node(); !testkit.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) || got.Annotations[startuptaint.BootAnnotation] != "" {
 		t.Fatalf("taints %v, boot record %q: want the taint gone and no boot recorded", got.Spec.Taints, got.Annotations[startuptaint.BootAnnotation])
 	}
 
@@ -447,7 +447,7 @@ func TestABootIDTheRecordCannotHoldNeitherBlocksTheRemovalNorPutsTheTaintBack(t 
 	}
 	e.ready(false)
 	e.reconcile()
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign}) {
 		t.Fatalf("taints %v: an odd boot ID read as a reboot", got)
 	}
 }

@@ -25,8 +25,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // logLines collects what a logger writes, for specs that count log lines.
@@ -86,7 +86,7 @@ var _ = Describe("Reliability", func() {
 		logs := &logLines{}
 		startManagerAs(limited, funcr.New(logs.add, funcr.Options{}), &controllers.NodeReconciler{
 			NodeName: nodeName,
-			Groups:   []controllers.Group{{Taints: []startuptaint.TaintSpec{{Key: key}}, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
+			Groups:   []controllers.Group{{Taints: []startuptaint.TaintSpec{{Key: key}}, Gates: []gates.Gate{testkit.AlwaysReady{}}}},
 		})
 
 		Eventually(func() float64 {
@@ -98,7 +98,7 @@ var _ = Describe("Reliability", func() {
 		Expect(nodeTaints(Default, ctx, nodeName)).To(ContainElement(taint))
 
 		By("granting the permission")
-		Expect(retry.RetryOnConflict(expectations.PatientRetry, func() error {
+		Expect(retry.RetryOnConflict(testkit.PatientRetry, func() error {
 			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(role), role); err != nil {
 				return err
 			}
@@ -138,8 +138,8 @@ var _ = Describe("Reliability", func() {
 				st := state{taints: map[string]bool{}, labels: map[string]string{}, annotations: map[string]string{}}
 				for i := range writesEach {
 					key := fmt.Sprintf("w%d.example.com/k%d", w, i%5)
-					Expect(retry.RetryOnConflict(expectations.PatientRetry, func() error {
-						err := expectations.PatchNode(ctx, k8sClient, k8sClient, nodeName, func(node *corev1.Node) {
+					Expect(retry.RetryOnConflict(testkit.PatientRetry, func() error {
+						err := testkit.PatchNode(ctx, k8sClient, k8sClient, nodeName, func(node *corev1.Node) {
 							switch i % 3 {
 							case 0:
 								if st.taints[key] {
@@ -183,7 +183,7 @@ var _ = Describe("Reliability", func() {
 			defer GinkgoRecover()
 			defer wg.Done()
 			for range readds {
-				Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+				Expect(testkit.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 					node.Spec.Taints = append(startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}}), startupTaint)
 				})).To(Succeed())
 				readded.Add(1)

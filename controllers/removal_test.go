@@ -24,8 +24,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var _ = Describe("NodeReconciler", func() {
@@ -257,7 +257,7 @@ var _ = Describe("NodeReconciler", func() {
 				defer wg.Done()
 				for i := range writes {
 					key := fmt.Sprintf("writer.example.com/t%d", i%7)
-					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+					Expect(testkit.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 						if writerState[key] {
 							node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: key}})
 						} else {
@@ -272,7 +272,7 @@ var _ = Describe("NodeReconciler", func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				for range 30 {
-					Expect(expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+					Expect(testkit.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 						if len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})) == 0 {
 							node.Spec.Taints = append(node.Spec.Taints, startupTaint)
 						}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
@@ -40,7 +40,7 @@ func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
 			e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseShutdown).Result))
 			e.r.retaintAtShutdown(context.Background())
-			if got := e.taints(); !expectations.EqualTaints(got, tt.want) {
+			if got := e.taints(); !testkit.EqualTaints(got, tt.want) {
 				t.Fatalf("taints %v as the agent stops, want %v", got, tt.want)
 			}
 			want := float64(len(tt.want) - 1)
@@ -60,7 +60,7 @@ func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *te
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result))
 	e.r.retaintAtShutdown(context.Background())
-	if got := e.taints(); !expectations.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
+	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v as the agent stops on a cordoned node, want %v back", got, retaintTaint)
 	}
 	if got := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result)) - added; got != 1 {

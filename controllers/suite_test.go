@@ -30,8 +30,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var (
@@ -41,7 +41,7 @@ var (
 	nodeSeq   atomic.Int64
 )
 
-var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+var _ = ReportAfterSuite("timings", testkit.ReportTimings)
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -55,7 +55,7 @@ var _ = BeforeSuite(func() {
 	SetDefaultConsistentlyDuration(2 * time.Second)
 	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
 	testEnv = &envtest.Environment{}
-	expectations.ConfigureAPIServer(testEnv)
+	testkit.ConfigureAPIServer(testEnv)
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
@@ -147,7 +147,7 @@ func startManagerAs(restCfg *rest.Config, logger logr.Logger, r *controllers.Nod
 	}
 	opts := r.ManagerOptions()
 	opts.Logger = logger
-	expectations.StartManager(restCfg, opts, r.SetupWithManager)
+	testkit.StartManager(restCfg, opts, r.SetupWithManager)
 }
 
 // nodeTaints reads the node's taints from the API server, less the node.kubernetes.io/not-ready
@@ -179,13 +179,13 @@ func nodeEvents(g Gomega, ctx context.Context, nodeName string) []string {
 // eventOccurrences counts the events recorded on the node with reason (any when empty), each
 // series by its count.
 func eventOccurrences(g Gomega, ctx context.Context, nodeName, reason string) int {
-	n, err := expectations.EventCount(ctx, k8sClient, nodeName, reason)
+	n, err := testkit.EventCount(ctx, k8sClient, nodeName, reason)
 	g.Expect(err).NotTo(HaveOccurred())
 	return n
 }
 
 func readdTaint(ctx context.Context, nodeName string, t corev1.Taint) {
-	ExpectWithOffset(1, expectations.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
+	ExpectWithOffset(1, testkit.UpdateNode(ctx, k8sClient, nodeName, func(node *corev1.Node) {
 		node.Spec.Taints = append(node.Spec.Taints, t)
 	})).To(Succeed())
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // sentWrite is one write as the API server would receive it: its subresource, patch type, bytes
@@ -147,7 +147,7 @@ func TestAConflictIsRetriedAtOnceOnTheNodeAsTheAPIServerHasIt(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, got); err != nil {
 		t.Fatal(err)
 	}
-	if !expectations.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) {
+	if !testkit.EqualTaints(got.Spec.Taints, []corev1.Taint{foreign}) {
 		t.Fatalf("taints = %v, want only the other writer's %v", got.Spec.Taints, foreign)
 	}
 }

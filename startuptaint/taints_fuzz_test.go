@@ -14,14 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // FuzzParseTaintSpec checks that the --taint parser never panics, accepts only valid keys and
 // effects, and that what it accepts prints back to an equal spec. It starts from the corpus the
 // differential tests share (testdata/taint-specs.txt).
 func FuzzParseTaintSpec(f *testing.F) {
-	seeds, err := expectations.TaintSpecCorpus("testdata/taint-specs.txt")
+	seeds, err := testkit.TaintSpecCorpus("testdata/taint-specs.txt")
 	if err != nil {
 		f.Fatal(err)
 	}

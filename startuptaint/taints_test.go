@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 func TestParseTaintSpec(t *testing.T) {
@@ -79,11 +79,11 @@ func TestMatchingAndWithoutTaints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := MatchingTaints(all, tt.specs); !expectations.EqualTaints(got, tt.wantMatch) {
+			if got := MatchingTaints(all, tt.specs); !testkit.EqualTaints(got, tt.wantMatch) {
 				t.Errorf("MatchingTaints = %v, want %v", got, tt.wantMatch)
 			}
 			got := WithoutTaints(all, tt.specs)
-			if !expectations.EqualTaints(got, tt.wantWithout) {
+			if !testkit.EqualTaints(got, tt.wantWithout) {
 				t.Errorf("WithoutTaints = %v, want %v", got, tt.wantWithout)
 			}
 			if len(got) > 0 && &got[0] == &all[0] {

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 const driverName = "ebs.csi.aws.com"
@@ -42,7 +42,7 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	env, c := expectations.StartEnvtest(t)
+	env, c := testkit.StartEnvtest(t)
 	// The agent is built in its own module, whose go.sum covers everything it links; this
 	// module's covers only what the plugin and its tests import.
 	agent := filepath.Join(t.TempDir(), "startup-taint-remover")
@@ -60,7 +60,7 @@ func startCluster(t *testing.T) *cluster {
 func (cl *cluster) user(name string, groups ...string) string {
 	cl.t.Helper()
 	path := filepath.Join(cl.t.TempDir(), name+".kubeconfig")
-	if err := expectations.WriteKubeconfig(cl.env, envtest.User{Name: name, Groups: groups}, path); err != nil {
+	if err := testkit.WriteKubeconfig(cl.env, envtest.User{Name: name, Groups: groups}, path); err != nil {
 		cl.t.Fatal(err)
 	}
 	return path
@@ -99,7 +99,7 @@ func (cl *cluster) node(ctx context.Context, name string, labels map[string]stri
 		cl.t.Fatal(err)
 	}
 	cl.t.Cleanup(driver.Stop)
-	args := append([]string{"--kubeconfig=" + cl.kubeconfig, expectations.Unconfined, "--node-name=" + name, "--csi-address=" + driver.Path(),
+	args := append([]string{"--kubeconfig=" + cl.kubeconfig, testkit.Unconfined, "--node-name=" + name, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=100ms"}, flags...)
 	logs, err := os.Create(filepath.Join(cl.t.TempDir(), name+".log"))
 	if err != nil {

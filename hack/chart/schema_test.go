@@ -18,7 +18,7 @@ import (
 
 // taintCorpus reads the corpus of --taint items the main module's tests share
 // (startuptaint/testdata/taint-specs.txt: one Go-quoted string per line). This module cannot import
-// that module's reader (test/expectations), so it reads the same format here.
+// that module's reader (test/testkit), so it reads the same format here.
 func taintCorpus(t *testing.T) []string {
 	t.Helper()
 	f, err := os.Open("../../startuptaint/testdata/taint-specs.txt")

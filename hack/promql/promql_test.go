@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 const repo = "../.."
@@ -45,7 +45,7 @@ type query struct{ where, expr string }
 // dashboardQueries are the dashboard's panel queries.
 func dashboardQueries(t *testing.T) []query {
 	t.Helper()
-	panels, err := expectations.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
+	panels, err := testkit.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +133,10 @@ func TestEveryQueryParsesAndNamesOnlyMetricsTheAgentExports(t *testing.T) {
 // registered without the taint. It returns every sample name of their /metrics.
 func scrapeAgents(t *testing.T) map[string]bool {
 	t.Helper()
-	env, c := expectations.StartEnvtest(t)
+	env, c := testkit.StartEnvtest(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
+	if err := testkit.WriteKubeconfig(env, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	binary := filepath.Join(dir, "startup-taint-remover")
@@ -168,7 +168,7 @@ func scrapeAgents(t *testing.T) map[string]bool {
 		}
 		addr := l.Addr().String()
 		_ = l.Close()
-		cmd := exec.Command(binary, append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
+		cmd := exec.Command(binary, append([]string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
 			"--taint=" + taint.Key, "--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0",
 			"--probe-interval=100ms"}, flags...)...)
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard

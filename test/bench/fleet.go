@@ -22,8 +22,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // fleetLabel marks the fleet's Nodes.
@@ -87,7 +87,7 @@ func inProcessAgent(e *env, cnt *counter, node string, group controllers.Group) 
 	cfg.QPS, cfg.Burst = 0, 0
 	cfg.WrapTransport = cnt.wrap
 	r := &controllers.NodeReconciler{NodeName: node, Groups: []controllers.Group{group}}
-	mgr, err := ctrl.NewManager(cfg, expectations.InProcess(r.ManagerOptions()))
+	mgr, err := ctrl.NewManager(cfg, testkit.InProcess(r.ManagerOptions()))
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // kubeletResult is the start sequence measured with the real kubelet: per trial, from the driver's
@@ -75,7 +75,7 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 		return nil, err
 	}
 	socket := filepath.Join(e.work, "kubelet-driver.sock")
-	agent := exec.CommandContext(ctx, binary, "--kubeconfig="+agentKubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+socket,
+	agent := exec.CommandContext(ctx, binary, "--kubeconfig="+agentKubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+socket,
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
 	agent.Stderr = log
 	if err := agent.Start(); err != nil {
@@ -114,7 +114,7 @@ func measureKubelet(ctx context.Context, e *env, binary string, trials int) (*ku
 		if _, err := waitFor(ctx, csiNodeEvents, "kubelet's deregistration", func(cn *storagev1.CSINode) bool { return !listsDriver(cn) }); err != nil {
 			return nil, fmt.Errorf("trial %d: kubelet did not unregister the driver: %w", i, err)
 		}
-		if err := expectations.UpdateNode(ctx, e.c, name, func(n *corev1.Node) {
+		if err := testkit.UpdateNode(ctx, e.c, name, func(n *corev1.Node) {
 			n.Spec.Taints = append(n.Spec.Taints, startup)
 		}); err != nil {
 			return nil, err

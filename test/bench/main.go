@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -392,7 +392,7 @@ func (e *env) stop() {
 // kubeconfigFor writes a kubeconfig for a user of its own, so the audit log tells its requests apart.
 func (e *env) kubeconfigFor(user string) (string, error) {
 	path := filepath.Join(e.work, user+".kubeconfig")
-	return path, expectations.WriteKubeconfig(e.testEnv, envtest.User{Name: user, Groups: []string{"system:masters"}}, path)
+	return path, testkit.WriteKubeconfig(e.testEnv, envtest.User{Name: user, Groups: []string{"system:masters"}}, path)
 }
 
 func logf(format string, args ...any) {

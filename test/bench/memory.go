@@ -26,7 +26,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // memSample is one agent process, measured once its cache has synced.
@@ -158,11 +158,11 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err != nil {
 		return nil, err
 	}
-	addr, err := expectations.FreeAddr()
+	addr, err := testkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
+	args := []string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
 	token := ""
 	switch design {
 	case designOurs:

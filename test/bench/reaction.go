@@ -29,8 +29,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 const driverName = "bench.csi.example.com"
@@ -188,7 +188,7 @@ func startLane(ctx context.Context, e *env, l *lane, r *controllers.NodeReconcil
 		return nil, err
 	}
 	// The binary's own manager options, as an agent inside this process.
-	mgr, err := ctrl.NewManager(e.cfg, expectations.InProcess(r.ManagerOptions()))
+	mgr, err := ctrl.NewManager(e.cfg, testkit.InProcess(r.ManagerOptions()))
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func registerCSINode(ctx context.Context, c client.Client, name string) error {
 
 // setTaint adds or removes the startup taint as another writer would.
 func (l *lane) setTaint(ctx context.Context, present bool) error {
-	return expectations.UpdateNode(ctx, l.e.c, l.name, func(node *corev1.Node) {
+	return testkit.UpdateNode(ctx, l.e.c, l.name, func(node *corev1.Node) {
 		node.Spec.Taints = startuptaint.WithoutTaints(node.Spec.Taints, []startuptaint.TaintSpec{{Key: startupTaint.Key}})
 		if present {
 			node.Spec.Taints = append(node.Spec.Taints, startupTaint)
@@ -353,7 +353,7 @@ func fileTrial(ctx context.Context, l *lane) (time.Time, error) {
 // publishes it with a status update, as kubelet does once the plugin has registered.
 func allocatableTrial(ctx context.Context, l *lane) (time.Time, error) {
 	setAllocatable := func(n string) error {
-		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+		return retry.RetryOnConflict(testkit.PatientRetry, func() error {
 			node := &corev1.Node{}
 			if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
 				return err
@@ -374,7 +374,7 @@ func allocatableTrial(ctx context.Context, l *lane) (time.Time, error) {
 // agent (Node Problem Detector, a network agent) publishes it.
 func conditionTrial(ctx context.Context, l *lane) (time.Time, error) {
 	setCondition := func(status corev1.ConditionStatus) error {
-		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+		return retry.RetryOnConflict(testkit.PatientRetry, func() error {
 			node := &corev1.Node{}
 			if err := l.e.c.Get(ctx, client.ObjectKey{Name: l.name}, node); err != nil {
 				return err
@@ -392,7 +392,7 @@ func conditionTrial(ctx context.Context, l *lane) (time.Time, error) {
 // when the other agent's readiness probe passes.
 func podTrial(ctx context.Context, l *lane) (time.Time, error) {
 	setReady := func(status corev1.ConditionStatus) error {
-		return retry.RetryOnConflict(expectations.PatientRetry, func() error {
+		return retry.RetryOnConflict(testkit.PatientRetry, func() error {
 			pod := &corev1.Pod{}
 			if err := l.e.c.Get(ctx, client.ObjectKey{Namespace: benchPodNamespace, Name: l.name}, pod); err != nil {
 				return err

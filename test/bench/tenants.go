@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // The tenants scenario: what a tenant who may create DaemonSets and pods in its own namespace
@@ -117,7 +117,7 @@ func tenantsRun(ctx context.Context, e *env, binary string, tc tenantsCase, run 
 	if err != nil {
 		return 0, 0, err
 	}
-	args := append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + tenantsNode, "--node-agents=all",
+	args := append([]string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + tenantsNode, "--node-agents=all",
 		"--taint=" + startupTaint.Key + ":" + string(startupTaint.Effect), "--plugins-registry=", "--metrics-bind-address=0",
 		"--health-probe-bind-address=0"}, tc.args...)
 	cmd := exec.Command(binary, args...)

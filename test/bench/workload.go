@@ -21,9 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -530,7 +530,7 @@ func startNodeAgent(ctx context.Context, binary string, c workloadCase, n *workl
 	if c.agentArgs == nil {
 		return nil
 	}
-	args := []string{"--kubeconfig=" + n.agentConf, expectations.Unconfined, "--node-name=" + n.name,
+	args := []string{"--kubeconfig=" + n.agentConf, testkit.Unconfined, "--node-name=" + n.name,
 		"--plugins-registry=" + n.kubelet.PluginsRegistry(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}
 	if !c.nodeAgents {
 		args = append(args, "--csi-address="+n.driver.Path())

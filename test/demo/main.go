@@ -31,9 +31,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -85,7 +85,7 @@ func run(binary string) error {
 		return err
 	}
 	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
+	if err := testkit.WriteKubeconfig(env, envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
 		return err
 	}
 	done()
@@ -124,14 +124,14 @@ func run(binary string) error {
 		return err
 	}
 
-	metricsAddr, err := expectations.FreeAddr()
+	metricsAddr, err := testkit.FreeAddr()
 	if err != nil {
 		return err
 	}
 	done = step("starting %s (it waits for the driver, and for kubelet to register it in CSINode); it runs as an admin, "+
 		"with no admission policy, so it is not confined (--require-confinement=false)", binary)
 	cmd := exec.CommandContext(ctx, binary,
-		"--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+nodeName, "--csi-address="+filepath.Join(work, "csi.sock"),
+		"--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+nodeName, "--csi-address="+filepath.Join(work, "csi.sock"),
 		// Plain HTTP on loopback, so the demo can read the metrics without a token.
 		"--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0")
 	stderr, err := cmd.StderrPipe()

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"sigs.k8s.io/yaml"
 )
 
@@ -179,7 +179,7 @@ func TestTheRunbookAnswersEveryAlert(t *testing.T) {
 }
 
 func TestTheObservabilityPageShowsEachDashboardPanelsQueries(t *testing.T) {
-	panels, err := expectations.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
+	panels, err := testkit.DashboardPanels(filepath.Join(repo, "config/grafana/dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // nodeCondition returns the status and reason of the Node's condition of type t ("" when absent).
@@ -35,7 +35,7 @@ func nodeCondition(ctx context.Context, node, t string) func(Gomega) [2]string {
 	}
 }
 
-var _ = Describe("conditions-only mode, as config/samples/node-readiness-controller installs it", Label(expectations.EveryMinor), func() {
+var _ = Describe("conditions-only mode, as config/samples/node-readiness-controller installs it", Label(testkit.EveryMinor), func() {
 	It("publishes the condition as the gates go, never writes a taint, and is refused one", func(ctx SpecContext) {
 		in := renderInstall("../../config/samples/node-readiness-controller")
 		for _, obj := range in.objs {
@@ -77,7 +77,7 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 		remove := func(n *corev1.Node) {
 			n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, []startuptaint.TaintSpec{taintSpec})
 		}
-		err = expectations.PatchNode(ctx, k8sClient, asAgent, node, remove)
+		err = testkit.PatchNode(ctx, k8sClient, asAgent, node, remove)
 		Expect(err).To(MatchError(ContainSubstring("cannot patch resource \"nodes\"")))
 		GinkgoWriter.Printf("refused by RBAC: %v\n", err)
 		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-driver-nodes"},
@@ -89,9 +89,9 @@ var _ = Describe("conditions-only mode, as config/samples/node-readiness-control
 			Expect(k8sClient.Create(ctx, o)).To(Succeed())
 			DeferCleanup(func(ctx SpecContext) { Expect(k8sClient.Delete(ctx, o)).To(Succeed()) })
 		}
-		Eventually(func() error { return expectations.PatchNode(ctx, k8sClient, asAgent, node, remove) }).
+		Eventually(func() error { return testkit.PatchNode(ctx, k8sClient, asAgent, node, remove) }).
 			Should(MatchError(And(ContainSubstring("["+startuptaint.RefusalConditionsOnly+"]"), ContainSubstring("("+conditionType+")"))))
-		GinkgoWriter.Printf("refused by the policy: %v\n", expectations.PatchNode(ctx, k8sClient, asAgent, node, remove))
+		GinkgoWriter.Printf("refused by the policy: %v\n", testkit.PatchNode(ctx, k8sClient, asAgent, node, remove))
 		Expect(hasTaint(ctx, k8sClient, node, taint.Key)(Default)).To(BeTrue())
 	})
 })

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var (
@@ -34,7 +34,7 @@ var (
 	restConfig *rest.Config
 )
 
-var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+var _ = ReportAfterSuite("timings", testkit.ReportTimings)
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -57,7 +57,7 @@ var _ = BeforeSuite(func() {
 	// Without a bound, the API server waits for open watches before it stops, longer than
 	// envtest waits for it.
 	testEnv.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
-	expectations.ConfigureAPIServer(testEnv)
+	testkit.ConfigureAPIServer(testEnv)
 	restConfig, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start envtest; run `make envtest` or set KUBEBUILDER_ASSETS")
 	DeferCleanup(testEnv.Stop)
@@ -65,12 +65,12 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
+	Expect(testkit.WriteKubeconfig(testEnv, envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
 })
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr() string {
-	addr, err := expectations.FreeAddr()
+	addr, err := testkit.FreeAddr()
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return addr
 }

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 const driverName = "ebs.csi.example.com"
@@ -43,7 +43,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		DeferCleanup(driver.Stop)
 
 		health := freeAddr()
-		session := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name, "--csi-address="+driver.Path(),
+		session := runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node.Name, "--csi-address="+driver.Path(),
 			"--metrics-bind-address=0", "--health-probe-bind-address="+health, "--probe-interval=200ms")
 
 		Eventually(func(g Gomega) int { status, _ := readyz(g, health); return status }).Should(Equal(http.StatusOK))
@@ -83,7 +83,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		netd := filepath.Join(GinkgoT().TempDir(), "net.d")
 		Expect(os.Mkdir(netd, 0o755)).To(Succeed())
 		// An hour between probes: only the watch of the directory can see the file in time.
-		session := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name, "--taint="+cilium.ToString(),
+		session := runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node.Name, "--taint="+cilium.ToString(),
 			"--ready-file="+filepath.Join(netd, "05-cilium.conflist"), "--probe-interval=1h",
 			"--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"file"`))
@@ -113,7 +113,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 				return k8sClient.Status().Update(ctx, n)
 			})).To(Succeed())
 		}
-		session := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name, "--taint="+network.ToString(),
+		session := runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node.Name, "--taint="+network.ToString(),
 			"--require-condition=NetworkUnavailable=False", "--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"node-condition"`))
 
@@ -133,7 +133,7 @@ var _ = Describe("the startup-taint-remover binary", func() {
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, node))).To(Succeed()) })
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cni-"}}
 		Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-		session := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name, "--taint="+cni.ToString(),
+		session := runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node.Name, "--taint="+cni.ToString(),
 			"--require-pod="+ns.Name+"/k8s-app=cni-agent", "--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Eventually(session.Err).Should(gbytes.Say(`readiness gate does not pass.*"gate":"pod","reason":"no_pod"`))
 

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // The helpers the suite's files share.
@@ -67,7 +67,7 @@ func hasTaint(ctx context.Context, c client.Client, name, key string) func(Gomeg
 
 // eventCount counts the events with reason on the node.
 func eventCount(g Gomega, ctx context.Context, node, reason string) int {
-	n, err := expectations.EventCount(ctx, k8sClient, node, reason)
+	n, err := testkit.EventCount(ctx, k8sClient, node, reason)
 	g.Expect(err).NotTo(HaveOccurred())
 	return n
 }

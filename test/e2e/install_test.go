@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // kubeconfigAs writes a kubeconfig that acts, through the admin's, as the pod of namespace/account
@@ -41,7 +41,7 @@ func kubeconfigAs(namespace, account, node string) string {
 	for _, auth := range config.AuthInfos {
 		auth.Impersonate = "system:serviceaccount:" + namespace + ":" + account
 		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
-		auth.ImpersonateUserExtra = expectations.PodTokenExtra(context.Background(), k8sClient, node)
+		auth.ImpersonateUserExtra = testkit.PodTokenExtra(context.Background(), k8sClient, node)
 	}
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig-"+account)
 	Expect(clientcmd.WriteToFile(*config, path)).To(Succeed())
@@ -171,7 +171,7 @@ func readiness(addr string) func(Gomega) int {
 	return func(g Gomega) int { s, _ := readyz(g, addr); return s }
 }
 
-var _ = Describe("an install whose admission policy refuses the agent's removal", Serial, Label(expectations.EveryMinor), func() {
+var _ = Describe("an install whose admission policy refuses the agent's removal", Serial, Label(testkit.EveryMinor), func() {
 	It("keeps the agent not ready, says why once, and recovers without a restart when the policy is fixed", func(ctx SpecContext) {
 		By("installing the policies as kustomize v5.5.0 (kubectl 1.32) rendered them")
 		in := installBroken(ctx)

@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // startKubelet runs a hollow kubelet that registers node with the startup taint and the extra
@@ -102,7 +102,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(driver.Stop)
 			metrics := freeAddr()
-			agent := runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
+			agent := runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
 				"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 			Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "2s").Should(BeTrue(),
 				"the driver is ready, but kubelet has not registered it")
@@ -194,7 +194,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
   taint: %s
   csi-address: %s
 `, startupTaint.Key+":"+string(startupTaint.Effect), disk.Path(), fileTaint.Key, file.Path())), 0o600)).To(Succeed())
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--config="+config,
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--config="+config,
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 		Consistently(func() bool {
 			return hasTaint(ctx, k8sClient, name, startupTaint.Key)(Default) && hasTaint(ctx, k8sClient, name, fileTaint.Key)(Default)
@@ -211,7 +211,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		Eventually(drivers, time.Minute).Should(HaveKey(driverName))
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 		Eventually(func(g Gomega) int {
-			n, err := expectations.EventCount(ctx, k8sClient, name, "TaintRemoved")
+			n, err := testkit.EventCount(ctx, k8sClient, name, "TaintRemoved")
 			g.Expect(err).NotTo(HaveOccurred())
 			return n
 		}).Should(Equal(2), "one removal event per group")
@@ -225,7 +225,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		driver, reg := startRegisteredDriver(kubelet)
 		Eventually(drivers, time.Minute).Should(HaveKeyWithValue(driverName, int32(-1)), "registered, no attach limit")
 
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--require-allocatable",
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--require-allocatable",
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 		Consistently(hasTaint(ctx, k8sClient, name, startupTaint.Key), "2s").Should(BeTrue(), "no allocatable count yet")
 
@@ -246,7 +246,7 @@ var _ = Describe("with the real kubelet (kubemark's hollow node)", Serial, func(
 		drivers := csiNodeDrivers(ctx, name)
 		kubelet := startKubelet(ctx, name)
 		driver, reg := startRegisteredDriver(kubelet)
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
 			"--retaint-after=2s", "--condition-type="+conditionType,
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 		back := corev1.Taint{Key: startupTaint.Key, Effect: corev1.TaintEffectNoSchedule}

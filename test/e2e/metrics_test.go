@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 var _ = Describe("the secure metrics endpoint", func() {
@@ -29,7 +29,7 @@ var _ = Describe("the secure metrics endpoint", func() {
 		driver := setupNode(ctx, nodeName, startup)
 
 		addr := freeAddr()
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+nodeName, "--csi-address="+driver.Path(),
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+nodeName, "--csi-address="+driver.Path(),
 			"--metrics-bind-address="+addr, "--health-probe-bind-address=0")
 
 		By("creating a service account allowed to read /metrics and one that is not")

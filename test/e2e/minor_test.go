@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // runDefault starts the binary as config/default's agent on node, with its defaults (confinement
@@ -31,10 +31,10 @@ func runDefault(in renderedInstall, node, csi, health string) *gexec.Session {
 }
 
 var _ = Describe("config/default on this minor of Kubernetes", func() {
-	if !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
+	if !testkit.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
-	It("applies, and its agent removes its own taint, confined", Label(expectations.EveryMinor), func(ctx SpecContext) {
+	It("applies, and its agent removes its own taint, confined", Label(testkit.EveryMinor), func(ctx SpecContext) {
 		in := renderInstall("../../config/default")
 		for _, obj := range in.objs {
 			applyObject(ctx, obj)
@@ -54,10 +54,10 @@ var _ = Describe("config/default on this minor of Kubernetes", func() {
 // no install leaves the agent's token unjudged there; the agent itself counts on no confinement
 // and writes nothing.
 var _ = Describe("config/default below the oldest supported minor", func() {
-	if expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
+	if testkit.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
-	It("applies whole, judges the agent's token as on every minor, and leaves an agent that removes nothing and says why", Label(expectations.BelowMinimum), func(ctx SpecContext) {
+	It("applies whole, judges the agent's token as on every minor, and leaves an agent that removes nothing and says why", Label(testkit.BelowMinimum), func(ctx SpecContext) {
 		in := renderInstall("../../config/default")
 		By("kubectl apply -k: every object applies, the admission policies included")
 		for _, obj := range in.objs {
@@ -113,10 +113,10 @@ var _ = Describe("config/default below the oldest supported minor", func() {
 })
 
 var _ = Describe("a setting this minor of Kubernetes cannot serve", func() {
-	if expectations.ServesMinor(startuptaint.ResourceSliceMinor) || !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
+	if testkit.ServesMinor(startuptaint.ResourceSliceMinor) || !testkit.ServesMinor(startuptaint.MinKubernetesMinor) {
 		return
 	}
-	It("ends the binary with status 2 and one line naming the setting and the minor it needs", Label(expectations.EveryMinor), func() {
+	It("ends the binary with status 2 and one line naming the setting and the minor it needs", Label(testkit.EveryMinor), func() {
 		code, stderr := runToExit("--kubeconfig="+kubeconfig, "--node-name=n1", "--taint=gpu.example.com/agent-not-ready",
 			"--require-resourceslice=gpu.example.com", "--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Expect(code).To(Equal(2))

@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -53,7 +53,7 @@ func startAgentsNode(ctx context.Context, node string, pods int, extra ...string
 	driver, err := fakecsi.Start(socket, driverName, fakecsi.Ready)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
-	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node,
+	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + node,
 		"--node-agents=all", "--node-agent-namespaces=" + agentsNamespace, "--taint=" + agentsTaint.Key + ":" + string(agentsTaint.Effect), "--plugins-registry=" + kubelet.PluginsRegistry(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, extra...)...)
 	return &agentsNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
@@ -88,9 +88,9 @@ func agentPodState(ctx context.Context, ds *appsv1.DaemonSet, node string) func(
 // waitingNotes are the notes of the agent's events that say what holds node.
 func waitingNotes(ctx context.Context, node string) func(Gomega) string {
 	return func(g Gomega) string {
-		notes, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForAgent)
+		notes, err := testkit.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForAgent)
 		g.Expect(err).NotTo(HaveOccurred())
-		more, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForDriver)
+		more, err := testkit.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonWaitingForDriver)
 		g.Expect(err).NotTo(HaveOccurred())
 		return strings.Join(append(notes, more...), "\n")
 	}
@@ -248,7 +248,7 @@ var _ = Describe("every node agent, no configuration, with the real DaemonSet co
 		Eventually(hasTaint(ctx, k8sClient, node, agentsTaint.Key), time.Minute, 50*time.Millisecond).Should(BeFalse())
 		Expect(time.Since(created.CreationTimestamp.Time)).To(BeNumerically(">=", 7*time.Second), "not before the deadline")
 		Eventually(func(g Gomega) []string {
-			notes, err := expectations.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonTaintRemovedUnready)
+			notes, err := testkit.EventNotes(ctx, k8sClient, node, startuptaint.EventReasonTaintRemovedUnready)
 			g.Expect(err).NotTo(HaveOccurred())
 			return notes
 		}).Should(ContainElement(ContainSubstring(agentsNamespace + "/stuck")))

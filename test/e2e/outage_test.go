@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // tcpProxy forwards a loopback port to the API server while it is up, and refuses connections
@@ -101,7 +101,7 @@ var _ = Describe("API server outages", Serial, func() {
 		proxy := &tcpProxy{addr: freeAddr(), target: strings.TrimSuffix(strings.TrimPrefix(restConfig.Host, "https://"), "/")}
 		DeferCleanup(proxy.down)
 		health := freeAddr()
-		session := runBinary("--kubeconfig="+kubeconfigVia(proxy.addr), expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
+		session := runBinary("--kubeconfig="+kubeconfigVia(proxy.addr), testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
 			"--metrics-bind-address=0", "--health-probe-bind-address="+health)
 
 		status := func(g Gomega) int { s, _ := readyz(g, health); return s }
@@ -122,7 +122,7 @@ var _ = Describe("API server outages", Serial, func() {
 	It("re-establishes its watch after the API server restarts and removes a taint added meanwhile", func(ctx SpecContext) {
 		name := "outage-restart"
 		driver := setupNode(ctx, name, startupTaint)
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(),
 			"--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Eventually(hasTaint(ctx, k8sClient, name, startupTaint.Key)).Should(BeFalse())
 

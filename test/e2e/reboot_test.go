@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // The hollow kubelet has neither a boot ID (kubemark's fake cAdvisor reports none) nor a graceful
@@ -27,7 +27,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 	const name = "e2e-reboot"
 	writeStatus := func(ctx context.Context, change func(*corev1.Node)) {
 		GinkgoHelper()
-		Expect(expectations.PatchNodeStatus(ctx, k8sClient, name, change)).To(Succeed())
+		Expect(testkit.PatchNodeStatus(ctx, k8sClient, name, change)).To(Succeed())
 	}
 	boot := func(id string) func(*corev1.Node) { return func(n *corev1.Node) { n.Status.NodeInfo.BootID = id } }
 	ready := func(status corev1.ConditionStatus, message string) func(*corev1.Node) {
@@ -45,7 +45,7 @@ var _ = Describe("the binary across a node's reboots", func() {
 	// With --taint, as every install renders it: without it, a CSI group's taint is known only
 	// once its driver has told its name, which after a reboot is too late.
 	start := func(socket string) *gexec.Session {
-		return runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+socket,
+		return runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+socket,
 			"--taint="+startupTaint.Key+":"+string(startupTaint.Effect),
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 	}

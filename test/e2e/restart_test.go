@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // scrape reads the plain-HTTP metrics endpoint at addr.
@@ -50,7 +50,7 @@ func metricSum(g Gomega, addr, name, labels string) float64 {
 
 var _ = Describe("the binary's memory of its Node", func() {
 	startAgent := func(node, socket, metrics string) *gexec.Session {
-		return runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node, "--csi-address="+socket,
+		return runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node, "--csi-address="+socket,
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 	}
 	stop := func(s *gexec.Session) {
@@ -67,7 +67,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		stop(first)
 
 		By("re-adding the taint while no agent runs, as a node group re-sync does after a rollout")
-		Expect(expectations.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
+		Expect(testkit.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
 			n.Spec.Taints = append(n.Spec.Taints, startupTaint)
 		})).To(Succeed())
 		metrics := freeAddr()
@@ -101,7 +101,7 @@ var _ = Describe("the binary's memory of its Node", func() {
 		before := &corev1.Node{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: name}, before)).To(Succeed())
 		metrics := freeAddr()
-		runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
+		runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+name, "--csi-address="+driver.Path(), "--dry-run",
 			"--metrics-secure=false", "--metrics-bind-address="+metrics, "--health-probe-bind-address=0", "--probe-interval=200ms")
 		Eventually(func(g Gomega) int { return eventCount(g, ctx, name, startuptaint.EventReasonWouldRemoveTaint) }).Should(Equal(1))
 		Eventually(func(g Gomega) float64 {

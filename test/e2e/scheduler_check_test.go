@@ -17,9 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -80,7 +80,7 @@ var _ = Describe("the scheduler's own CSI check, with no startup taint", Serial,
 		driver.SetMaxVolumes(25)
 		var session *gexec.Session
 		if agent {
-			session = runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node, "--csi-address="+driver.Path(),
+			session = runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node, "--csi-address="+driver.Path(),
 				"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms")
 		}
 		time.Sleep(workload.RegistrarDelay)

@@ -18,9 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -63,7 +63,7 @@ func startWorkloadNode(ctx context.Context, node string, pods int, readiness fak
 	driver, err := fakecsi.Start(filepath.Join(GinkgoT().TempDir(), "csi.sock"), driverName, readiness)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(driver.Stop)
-	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, expectations.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
+	agent := runBinary(append([]string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + node, "--csi-address=" + driver.Path(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--probe-interval=200ms"}, agentArgs...)...)
 	return &workloadNode{name: node, agent: agent, kubelet: kubelet, driver: driver, failures: failures}
 }
@@ -206,7 +206,7 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 
 			By("draining the node (or not: a crash) and taking it down until it is unreachable")
 			if drained {
-				Expect(expectations.UpdateNode(ctx, k8sClient, node, func(n *corev1.Node) { n.Spec.Unschedulable = true })).To(Succeed())
+				Expect(testkit.UpdateNode(ctx, k8sClient, node, func(n *corev1.Node) { n.Spec.Unschedulable = true })).To(Succeed())
 				time.Sleep(time.Second) // a drain's evictions take a while
 			}
 			Expect(k8sClient.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("default"), client.MatchingFields{"spec.nodeName": node},
@@ -262,12 +262,12 @@ var _ = Describe("a workload that needs the driver, with the real scheduler and 
 				// kubemark makes a new root directory at every start, so it is put there.
 				Expect(fakecsi.LeaveStaleRegistration(kubelet.PluginsRegistry(), driverName)).To(Succeed())
 			}
-			runBinary("--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node, "--csi-address="+n.driver.Path(),
+			runBinary("--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node, "--csi-address="+n.driver.Path(),
 				"--taint="+startupTaint.Key+":"+string(startupTaint.Effect), "--metrics-bind-address=0", "--health-probe-bind-address=0",
 				"--probe-interval=200ms", "--plugins-registry="+kubelet.PluginsRegistry())
 			if drained {
 				// The upgrade tool uncordons the node once it is back.
-				Expect(expectations.UpdateNode(ctx, k8sClient, node, func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(Succeed())
+				Expect(testkit.UpdateNode(ctx, k8sClient, node, func(n *corev1.Node) { n.Spec.Unschedulable = false })).To(Succeed())
 			}
 			time.Sleep(workload.RegistrarDelay)
 			Expect(n.driver.Restart()).To(Succeed())

@@ -26,7 +26,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // Kubelet is a running hollow kubelet.
@@ -68,7 +68,7 @@ var rootDirLine = regexp.MustCompile(`Using (\S+) as root dir for hollow-kubelet
 func Start(o Options) (*Kubelet, error) {
 	var err error
 	if o.Binary == "" {
-		if o.Binary, err = expectations.EnvtestBinary("kubemark"); err != nil {
+		if o.Binary, err = testkit.EnvtestBinary("kubemark"); err != nil {
 			return nil, err
 		}
 	}

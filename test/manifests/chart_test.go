@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // chartDir is the Helm chart, relative to this package.
@@ -83,7 +83,7 @@ func (r *chartRelease) render(dir string) []*unstructured.Unstructured {
 func (r *chartRelease) tryRender(dir string) ([]*unstructured.Unstructured, error) {
 	args := make([]string, 0, 8+2*len(r.values)+2*len(r.sets))
 	args = append(args, "template", dir, "-name", r.name, "-namespace", r.namespace)
-	if minor, ok := expectations.EnvtestMinor(); ok {
+	if minor, ok := testkit.EnvtestMinor(); ok {
 		// As helm install renders it against this API server: what the chart adds by version follows.
 		args = append(args, "-kube-version", fmt.Sprintf("v1.%d.0", minor))
 	}
@@ -133,7 +133,7 @@ func suffixed[T any](objs []*unstructured.Unstructured, kind, suffix string) *T 
 	return only[T](found, kind)[0]
 }
 
-var _ = Describe("the Helm chart and the kustomize tree", Label(expectations.RenderOnly), func() {
+var _ = Describe("the Helm chart and the kustomize tree", Label(testkit.RenderOnly), func() {
 	It("render the same RBAC rules, policies and agent container from the same settings", func() {
 		kustomized := render("../../config/default")
 		charted := (&chartRelease{name: "startup-taint-remover", namespace: "startup-taint-remover-system"}).render(chartDir)
@@ -188,7 +188,7 @@ var _ = Describe("the Helm chart and the kustomize tree", Label(expectations.Ren
 		Expect(layoutFree(chartRules.Object["spec"])).To(ContainSubstring("startup_taint_removal_refused"))
 
 		By("the crash policy, which the chart adds where it is served and a kustomize install with its component")
-		if expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+		if testkit.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 			withCrash := render("testdata/crash-overlay")
 			Expect(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](charted, "MutatingAdmissionPolicy", "-taint-after-crash").Spec)).
 				To(Equal(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](withCrash, "MutatingAdmissionPolicy", "taint-after-crash").Spec)))
@@ -219,7 +219,7 @@ var _ = Describe("the Helm chart and the kustomize tree", Label(expectations.Ren
 	})
 })
 
-var _ = Describe("the Helm chart's kubeVersion", Label(expectations.RenderOnly), func() {
+var _ = Describe("the Helm chart's kubeVersion", Label(testkit.RenderOnly), func() {
 	It("is the oldest minor whose API server applies its policy, and Helm refuses an older cluster", func() {
 		below := fmt.Sprintf("v1.%d.13", startuptaint.MinKubernetesMinor-1)
 		oldest := fmt.Sprintf("v1.%d.0", startuptaint.MinKubernetesMinor)

@@ -24,7 +24,7 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // conditionsOnlyInstalls run the agent in conditions-only mode, with node-readiness-controller's
@@ -151,7 +151,7 @@ var _ = Describe("conditions-only installs", func() {
 
 			It("lets the real controller publish the condition as its gate goes, never touching the taint, and be ready", func(ctx SpecContext) {
 				own := newNode(ctx)
-				gate := &expectations.Switch{}
+				gate := &testkit.Switch{}
 				gate.Set(false)
 				metrics.Default().RemovalRefused.Set(1)
 				metrics.Default().Confined.Set(0)

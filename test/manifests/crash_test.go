@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 	"github.com/startup-taint-remover/startup-taint-remover/test/workload"
 )
 
@@ -31,7 +31,7 @@ import (
 // back in that very write, where the agent recorded another boot than the Node's; never for
 // anyone else's write, and never where the record does not say the Node rebooted.
 var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
-	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+	if !testkit.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 		return // MutatingAdmissionPolicy v1 is served from the minor taint at registration needs
 	}
 	const (
@@ -277,7 +277,7 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 // Both policies that read the boot record read it within the bounds the agent keeps to
 // (startuptaint.MaxBootRecordLength and MaxBootRecordEntries): a bound changed on one side only
 // would let the agent write a record the policy refuses, or trust one it ignores.
-var _ = Describe("the boot record's bounds", Label(expectations.RenderOnly), func() {
+var _ = Describe("the boot record's bounds", Label(testkit.RenderOnly), func() {
 	It("are the agent's in every policy that reads the record", func() {
 		for _, file := range []string{"../../config/policy/policy.yaml", "../../config/components/taint-after-crash/policy.yaml"} {
 			data, err := os.ReadFile(file)

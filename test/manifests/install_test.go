@@ -34,8 +34,8 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/internal/metrics"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // installs are every way the README installs the agent: kustomize configurations and the Helm
@@ -229,7 +229,7 @@ var servedSince = map[string]int{"MutatingAdmissionPolicy": startuptaint.TaintAt
 
 // served reports whether the API server serves obj's kind.
 func served(obj *unstructured.Unstructured) bool {
-	return expectations.ServesMinor(servedSince[obj.GetKind()])
+	return testkit.ServesMinor(servedSince[obj.GetKind()])
 }
 
 // deleteObject deletes a rendered object, as `kubectl delete` does: one that is not there, or
@@ -320,19 +320,19 @@ func startAgent(c *rest.Config, node string, taints []startuptaint.TaintSpec, co
 	configure ...func(*controllers.NodeReconciler)) <-chan error {
 	GinkgoHelper()
 	r := &controllers.NodeReconciler{NodeName: node,
-		Groups:        []controllers.Group{{Taints: taints, Gates: []gates.Gate{expectations.AlwaysReady{}}}},
+		Groups:        []controllers.Group{{Taints: taints, Gates: []gates.Gate{testkit.AlwaysReady{}}}},
 		ProbeInterval: 100 * time.Millisecond, Confinement: confinement}
 	for _, f := range configure {
 		f(r)
 	}
-	return expectations.StartManager(c, r.ManagerOptions(), r.SetupWithManager)
+	return testkit.StartManager(c, r.ManagerOptions(), r.SetupWithManager)
 }
 
 // agentConfig is a REST config that acts as a's pod on node.
 func (a agent) config(node string) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: a.user, Groups: a.groups,
-		Extra: expectations.PodTokenExtra(context.Background(), k8sClient, node)}
+		Extra: testkit.PodTokenExtra(context.Background(), k8sClient, node)}
 	return c
 }
 
@@ -370,7 +370,7 @@ func (a agent) msgStatus() string {
 	return tagged(startuptaint.RefusalStatus)
 }
 
-var _ = Describe("every README install", Label(expectations.RenderOnly), func() {
+var _ = Describe("every README install", Label(testkit.RenderOnly), func() {
 	It("is in the test table, and no sample is left out", func() {
 		samples, err := filepath.Glob("../../config/samples/*")
 		Expect(err).NotTo(HaveOccurred())
@@ -398,7 +398,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 	for i, in := range installs {
 		// The chart refuses to install below the oldest supported minor (chart_test.go); every
 		// other install applies there whole, and its policy judges the agent's token as anywhere.
-		if in.chart != nil && !expectations.ServesMinor(startuptaint.MinKubernetesMinor) {
+		if in.chart != nil && !testkit.ServesMinor(startuptaint.MinKubernetesMinor) {
 			continue
 		}
 		Context(in.name, Ordered, samePolicy[i], func() {
@@ -444,7 +444,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 				refusedOnceLoaded(ctx, asAgent("elsewhere"), probe, removeStartup, ContainSubstring(msgOtherNode))
 			})
 
-			It("confines exactly the identity its DaemonSet runs as, with no parameter object", Label(expectations.RenderOnly), func() {
+			It("confines exactly the identity its DaemonSet runs as, with no parameter object", Label(testkit.RenderOnly), func() {
 				for _, cm := range only[corev1.ConfigMap](objs, "ConfigMap") {
 					Expect(cm.Data).To(HaveKey("groups.yaml"), "the taints are written in at render time; no ConfigMap but the groups file is applied")
 				}
@@ -844,16 +844,16 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 			// server drops the field, and there is nothing to judge.
 			since := map[string]int{"setting spec.podPreemptionPolicy (a field the policy does not name)": podPreemptionMinor}
 			for _, req := range requests {
-				if !expectations.ServesMinor(since[req.name]) {
+				if !testkit.ServesMinor(since[req.name]) {
 					continue
 				}
-				It("denies the agent "+req.name, Label(expectations.BelowMinimum), func(ctx SpecContext) {
+				It("denies the agent "+req.name, Label(testkit.BelowMinimum), func(ctx SpecContext) {
 					own := newNode(ctx)
 					err := req.do(ctx, asAgent(own), own)
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
 					Expect(err.Error()).To(ContainSubstring(req.denial))
 				})
-				It("lets an admin "+req.name, Label(expectations.BelowMinimum), func(ctx SpecContext) {
+				It("lets an admin "+req.name, Label(testkit.BelowMinimum), func(ctx SpecContext) {
 					own := newNode(ctx)
 					Expect(req.do(ctx, k8sClient, own)).To(Succeed())
 				})
@@ -1222,7 +1222,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 			It("lets the real controller, as the agent, put its taint back and write its condition exactly when the install allows them",
 				func(ctx SpecContext) {
 					name := newNode(ctx)
-					gate := &expectations.Switch{}
+					gate := &testkit.Switch{}
 					conditionType := a.ownCondition()
 					back := corev1.Taint{Key: a.taints[0].Key, Effect: corev1.TaintEffectNoSchedule}
 					forbidden := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(back.ToString(), metrics.ResultForbidden))
@@ -1281,7 +1281,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 					}).Should(Succeed())
 				})
 
-			It("denies the agent's own removal without the node-name claim, and allows it with the claim", Label(expectations.BelowMinimum), func(ctx SpecContext) {
+			It("denies the agent's own removal without the node-name claim, and allows it with the claim", Label(testkit.BelowMinimum), func(ctx SpecContext) {
 				own := newNode(ctx)
 				err := patchNode(ctx, impersonating(a.user, a.groups, ""), own, removeStartup)
 				Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want a denial, got %v", err)
@@ -1342,7 +1342,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 				}
 			})
 
-			It("uninstalls (make undeploy, a namespace deletion) without ever blocking Node writes, and then judges no one", Label(expectations.BelowMinimum), func(ctx SpecContext) {
+			It("uninstalls (make undeploy, a namespace deletion) without ever blocking Node writes, and then judges no one", Label(testkit.BelowMinimum), func(ctx SpecContext) {
 				uninstall(ctx, objs, prefix+"-uninstall")
 				own := newNode(ctx)
 				Eventually(func(g Gomega) {
@@ -1356,7 +1356,7 @@ var _ = Describe("the rendered installs", Label(installTable), func() {
 	}
 })
 
-var _ = Describe("pod reads", Label(expectations.RenderOnly), func() {
+var _ = Describe("pod reads", Label(testkit.RenderOnly), func() {
 	// grantsPods lists the roles of a render that let their subjects read Pods.
 	grantsPods := func(objs []*unstructured.Unstructured) []string {
 		var out []string

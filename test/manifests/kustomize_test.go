@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // placeholder matches what config/ holds until config/components/taints writes the settings in.
@@ -174,7 +174,7 @@ func pinnedKustomize() string {
 }
 
 var _ = Describe("every kustomization, with every kustomize that users install with", func() {
-	It("renders with the kustomize Go API of the release the Makefile pins", Label(expectations.RenderOnly), func() {
+	It("renders with the kustomize Go API of the release the Makefile pins", Label(testkit.RenderOnly), func() {
 		api := func(modFile string) string {
 			data, err := os.ReadFile(modFile)
 			Expect(err).NotTo(HaveOccurred())
@@ -186,7 +186,7 @@ var _ = Describe("every kustomization, with every kustomize that users install w
 			"go.mod's sigs.k8s.io/kustomize/api is the pinned kustomize's")
 	})
 
-	It("renders the same objects as the pinned kustomize, and leaves no placeholder", Label(expectations.RenderOnly), func() {
+	It("renders the same objects as the pinned kustomize, and leaves no placeholder", Label(testkit.RenderOnly), func() {
 		dirs := kustomizations()
 		// The bases (config/policy, config/manager, ...) hold the placeholders; every install
 		// renders them away.
@@ -251,7 +251,7 @@ var _ = Describe("every kustomization, with every kustomize that users install w
 		}
 	})
 
-	It("renders each GitOps sample's path with every kustomize release its tool bundles, as the pinned one does", Label(expectations.RenderOnly), func() {
+	It("renders each GitOps sample's path with every kustomize release its tool bundles, as the pinned one does", Label(testkit.RenderOnly), func() {
 		samples, err := filepath.Glob("../../config/gitops/*.yaml")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(samples).To(HaveLen(2), "an Argo CD Application and a Flux Kustomization")

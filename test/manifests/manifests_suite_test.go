@@ -27,8 +27,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // podPreemptionMinor is the first minor of Kubernetes 1.x with spec.podPreemptionPolicy, a field of
@@ -43,7 +43,7 @@ var (
 	testEnv    *envtest.Environment
 )
 
-var _ = ReportAfterSuite("timings", expectations.ReportTimings)
+var _ = ReportAfterSuite("timings", testkit.ReportTimings)
 
 func TestManifests(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -56,8 +56,8 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	testEnv = &envtest.Environment{}
-	expectations.ConfigureAPIServer(testEnv)
-	if expectations.ServesMinor(podPreemptionMinor) {
+	testkit.ConfigureAPIServer(testEnv)
+	if testkit.ServesMinor(podPreemptionMinor) {
 		// spec.podPreemptionPolicy is an alpha field of 1.37: with its gate on, the policy must
 		// refuse a change of it although it names no such field.
 		testEnv.ControlPlane.GetAPIServer().Configure().
@@ -70,7 +70,7 @@ var _ = BeforeSuite(func() {
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
+	Expect(testkit.WriteKubeconfig(testEnv, envtest.User{Name: "admin", Groups: []string{"system:masters"}}, kubeconfig)).To(Succeed())
 })
 
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
@@ -103,7 +103,7 @@ func impersonating(user string, groups []string, node string) client.Client {
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	if node != "" {
-		c.Impersonate.Extra = expectations.PodTokenExtra(context.Background(), k8sClient, node)
+		c.Impersonate.Extra = testkit.PodTokenExtra(context.Background(), k8sClient, node)
 	}
 	cl, err := client.New(c, client.Options{Scheme: scheme.Scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -143,14 +143,14 @@ func kubeletKubeconfig(ctx context.Context, node string) string {
 	GinkgoHelper()
 	kubelet(ctx, node)
 	path := filepath.Join(GinkgoT().TempDir(), node+".kubeconfig")
-	Expect(expectations.WriteKubeconfig(testEnv, envtest.User{Name: "system:node:" + node, Groups: []string{"system:nodes"}}, path)).To(Succeed())
+	Expect(testkit.WriteKubeconfig(testEnv, envtest.User{Name: "system:node:" + node, Groups: []string{"system:nodes"}}, path)).To(Succeed())
 	return path
 }
 
 // patchNode changes a Node through c the way the controller does: a merge patch locked to the
 // resourceVersion that the admin client read.
 func patchNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node), opts ...client.PatchOption) error {
-	return expectations.PatchNode(ctx, k8sClient, c, name, change, opts...)
+	return testkit.PatchNode(ctx, k8sClient, c, name, change, opts...)
 }
 
 // refusedOnceLoaded waits until the agent's patch of node, as a dry run, gets an error matching

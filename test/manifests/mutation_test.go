@@ -15,7 +15,7 @@ import (
 
 	"github.com/startup-taint-remover/startup-taint-remover/controllers"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // A cluster's own mutation of every Node write (a policy engine that stamps the last writer) changes
@@ -23,7 +23,7 @@ import (
 // cannot tell that change from one the agent made, and refuses it; the agent, which sends no such
 // change, recognises the refusal and says which step to look at.
 var _ = Describe("another mutating admission step on Node updates", Ordered, func() {
-	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+	if !testkit.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 		return // MutatingAdmissionPolicy is served from the minor that taint at registration needs
 	}
 	var a agent

@@ -13,8 +13,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // admissionKinds are the kinds whose specs an API server compiles and evaluates: what a minor of
@@ -110,7 +110,7 @@ func policyRenderLabels(table []install) []Labels {
 			continue
 		}
 		if _, seen := first[key]; seen {
-			out[i] = Label(expectations.SamePolicyRender)
+			out[i] = Label(testkit.SamePolicyRender)
 			continue
 		}
 		first[key] = table[i].name
@@ -118,7 +118,7 @@ func policyRenderLabels(table []install) []Labels {
 	return out
 }
 
-var _ = Describe("the installs an older minor runs", Label(expectations.RenderOnly), func() {
+var _ = Describe("the installs an older minor runs", Label(testkit.RenderOnly), func() {
 	It("are one per distinct policy render, telling a changed expression and another group count apart", func() {
 		objs := render("../../config/default")
 		key, err := policyRenderKey(objs)
@@ -145,7 +145,7 @@ var _ = Describe("the installs an older minor runs", Label(expectations.RenderOn
 		labels := policyRenderLabels(installs)
 		var distinct []string
 		for i, l := range labels {
-			if !slices.Contains(l, expectations.SamePolicyRender) {
+			if !slices.Contains(l, testkit.SamePolicyRender) {
 				distinct = append(distinct, installs[i].name)
 			}
 		}

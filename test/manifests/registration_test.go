@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/hollowkubelet"
 	"github.com/startup-taint-remover/startup-taint-remover/test/objects"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // registrationInstalls put the startup taints on at registration
@@ -121,7 +121,7 @@ func registrationAgrees(objs []*unstructured.Unstructured) error {
 	return errors.New("no DaemonSet runs the agent")
 }
 
-var _ = Describe("taint at registration's selector and the DaemonSet", Label(expectations.RenderOnly), func() {
+var _ = Describe("taint at registration's selector and the DaemonSet", Label(testkit.RenderOnly), func() {
 	It("agree in every install and sample: each Node the policy taints runs the agent", func() {
 		checked := 0
 		for _, in := range allInstalls() {
@@ -163,7 +163,7 @@ var _ = Describe("taint at registration's selector and the DaemonSet", Label(exp
 })
 
 var _ = Describe("taint at registration", func() {
-	if !expectations.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
+	if !testkit.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 		// Nothing to judge on this minor: apply shows the API server refuses the policy's kind.
 		return
 	}
@@ -255,7 +255,7 @@ var _ = Describe("taint at registration", func() {
 				o := hollowkubelet.Options{Kubeconfig: kubeletKubeconfig(ctx, name), Node: name, Labels: pool, Log: GinkgoWriter}
 				Expect(firstVersion(ctx, name, o).Spec.Taints).To(ContainElements(startup()))
 				// kubelet may still be writing the Node it registered: retried on conflicts, as the agent is.
-				Expect(expectations.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
+				Expect(testkit.UpdateNode(ctx, k8sClient, name, func(n *corev1.Node) {
 					n.Spec.Taints = startuptaint.WithoutTaints(n.Spec.Taints, a.taints)
 				})).To(Succeed(), "the taints are removed, as the agent does")
 

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // policyVariables returns the variables of the rendered policy kind/name, as written, up to and
@@ -109,7 +109,7 @@ var _ = Describe("taint keys", func() {
 		}
 		Eventually(func() error { _, err := verdicts(ctx, "example.com/x"); return err }).Should(Succeed(), "the API server picks the check up")
 
-		corpus, err := expectations.TaintSpecCorpus("../../startuptaint/testdata/taint-specs.txt")
+		corpus, err := testkit.TaintSpecCorpus("../../startuptaint/testdata/taint-specs.txt")
 		Expect(err).NotTo(HaveOccurred())
 		checked := 0
 		for _, spec := range corpus {

@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // The release these tests check (built with -tags release): make test-release builds one into
@@ -429,9 +429,9 @@ func TestTheAmd64BinaryOfTheImageRemovesATaintFromARealAPIServer(t *testing.T) {
 		t.Fatalf("--version printed %q (%v), want the stamped %s", out, err, version)
 	}
 
-	env, c := expectations.StartEnvtest(t)
+	env, c := testkit.StartEnvtest(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := expectations.WriteKubeconfig(env, envtest.User{Name: "release", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
+	if err := testkit.WriteKubeconfig(env, envtest.User{Name: "release", Groups: []string{"system:masters"}}, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -446,7 +446,7 @@ func TestTheAmd64BinaryOfTheImageRemovesATaintFromARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	cmd := exec.CommandContext(ctx, binary, "--kubeconfig="+kubeconfig, expectations.Unconfined, "--node-name="+node.Name,
+	cmd := exec.CommandContext(ctx, binary, "--kubeconfig="+kubeconfig, testkit.Unconfined, "--node-name="+node.Name,
 		"--taint="+taint.ToString(), "--ready-file="+ready, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

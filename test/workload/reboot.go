@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // kubemark's fake cAdvisor reports no boot ID and the hollow kubelet has no graceful shutdown, so
@@ -104,7 +104,7 @@ func UnstampBootID(ctx context.Context, c client.Client, node string) error {
 // ShutDown writes node's Ready condition as kubelet's shutdown manager does once a graceful
 // shutdown starts: False, with startuptaint.NodeShuttingDownMessage.
 func ShutDown(ctx context.Context, c client.Client, node string) error {
-	return expectations.PatchNodeStatus(ctx, c, node, func(n *corev1.Node) {
+	return testkit.PatchNodeStatus(ctx, c, node, func(n *corev1.Node) {
 		for i, cond := range n.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				n.Status.Conditions[i].Status, n.Status.Conditions[i].Message = corev1.ConditionFalse, startuptaint.NodeShuttingDownMessage

@@ -28,8 +28,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/startup-taint-remover/startup-taint-remover/test/expectations"
 	"github.com/startup-taint-remover/startup-taint-remover/test/fakecsi"
+	"github.com/startup-taint-remover/startup-taint-remover/test/testkit"
 )
 
 // NotRegistered is kubelet's message for a mount of a driver it has not registered yet: the
@@ -81,7 +81,7 @@ func StartControlPlaneMonitoring(kubeconfig string, log io.Writer, monitorPeriod
 			"persistentvolume-protection-controller"}, controllers...), ","),
 			"--use-service-account-credentials=false", "--node-monitor-period=" + monitorPeriod.String()}},
 	} {
-		path, err := expectations.EnvtestBinary(c.name)
+		path, err := testkit.EnvtestBinary(c.name)
 		if err != nil {
 			cp.Stop()
 			return nil, err

@@ -1,7 +1,7 @@
 // Copyright 2026 The startup-taint-remover Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package expectations
+package testkit
 
 import (
 	"fmt"

@@ -1,10 +1,10 @@
 // Copyright 2026 The startup-taint-remover Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package expectations holds the helpers the project's tests, demo and benchmark share: one of
+// Package testkit holds the helpers the project's tests, demo and benchmark share: one of
 // each, instead of a copy per package. It does not import the controllers package, so that
 // package's own unit tests can use it too; it implements the gates package's interfaces.
-package expectations
+package testkit
 
 import (
 	"context"
