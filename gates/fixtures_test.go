@@ -5,6 +5,8 @@ package gates
 
 import (
 	"context"
+	"os"
+	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +53,18 @@ func nodeAgentsClient(objs ...client.Object) client.WithWatch {
 	return fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()
+}
+
+// registryDir is an empty plugins registry of the test's, under a short path: a unix socket's path
+// must fit in 108 bytes, which t.TempDir's may not.
+func registryDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "str-reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // hostPath is a volume of the host's path.

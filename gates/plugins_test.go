@@ -29,11 +29,7 @@ import (
 // file that is no socket register nothing.
 func TestThePluginsGateWaitsUntilKubeletHasRegisteredEveryServingPlugin(t *testing.T) {
 	const driver = "example.csi.k8s.io"
-	registry, err := os.MkdirTemp("", "str-reg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(registry) })
+	registry := registryDir(t)
 	if err := fakecsi.LeaveStaleRegistration(registry, "gone.csi.k8s.io"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +81,7 @@ func TestThePluginsGateWaitsUntilKubeletHasRegisteredEveryServingPlugin(t *testi
 // after ten of them still serves within a deadline of a few of those timeouts (issue 57, E5).
 func TestSocketsThatNeverAnswerCostOneTimeoutInAll(t *testing.T) {
 	const driver = "example.csi.k8s.io"
-	registry, err := os.MkdirTemp("", "str-reg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(registry) })
+	registry := registryDir(t)
 	for i := range 10 {
 		// Named before the registrar's socket, so asked first in the registry's order.
 		l, err := net.Listen("unix", filepath.Join(registry, fmt.Sprintf("a-mute-%d.sock", i)))
@@ -117,11 +109,7 @@ func TestSocketsThatNeverAnswerCostOneTimeoutInAll(t *testing.T) {
 // A socket that accepts and never answers costs a GetInfo timeout once per backoff, not at every
 // check.
 func TestASocketThatNeverAnswersIsAskedAgainOnlyOnABackoff(t *testing.T) {
-	registry, err := os.MkdirTemp("", "str-reg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(registry) })
+	registry := registryDir(t)
 	l, err := net.Listen("unix", filepath.Join(registry, "mute.sock"))
 	if err != nil {
 		t.Fatal(err)
