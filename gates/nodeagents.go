@@ -230,14 +230,14 @@ func (g *NodeAgentsGate) verdict(node *corev1.Node, daemons []appsv1.DaemonSet, 
 				return err
 			}
 			switch scheduled := unschedulableFor(placing, g.clock); {
+			case placing != nil && g.clock.Since(placing.CreationTimestamp.Time) >= unplaceableAfter && neverFits(placing, node):
+				// It asks more than the node has at all: it would hold the node without ever
+				// running, whatever else runs there. The pod and the Node decide it, never the
+				// scheduler's verdict, which counts every pod on the node, a tenant's too.
 			case scheduled == nil:
 				why = ReasonNoDaemonPod
-			case neverFits(placing, node):
-				// It asks more than the node has at all: it would hold the node without ever
-				// running, whatever else runs there.
 			default:
-				// The scheduler's verdict counts every pod on the node, a tenant's too: it
-				// never releases the node, it only says why the node is held.
+				// The scheduler's verdict only says why the node is held.
 				why = ReasonDaemonPodUnschedulable
 				name += fmt.Sprintf(" (pod %s: %s)", placing.Name, clip(scheduled.Message, maxSchedulerMessage))
 			}

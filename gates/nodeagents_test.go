@@ -153,6 +153,8 @@ func TestADaemonSetWhosePodTheSchedulerCannotPlace(t *testing.T) {
 	}{
 		{name: "asking more CPU than the node has at all, for a minute", asks: cpu("3"), since: unplaceableAfter, node: "n1",
 			message: insufficient},
+		{name: "asking more than the node has, for a minute, with no verdict of the scheduler's", asks: cpu("3"),
+			since: unplaceableAfter, node: "n1"},
 		{name: "asking more than the node has, for less than a minute", asks: cpu("3"), since: unplaceableAfter - time.Second,
 			node: "n1", message: insufficient, want: ReasonNoDaemonPod, says: []string{"kube-system/huge"}},
 		{name: "asking what a tenant's pod holds, for a minute", asks: cpu("2"), since: time.Hour, node: "n1", message: insufficient,
@@ -179,8 +181,12 @@ func TestADaemonSetWhosePodTheSchedulerCannotPlace(t *testing.T) {
 			pending.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
 					{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{tc.node}}}}}}}}
-			pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
-				Reason: corev1.PodReasonUnschedulable, Message: tc.message, LastTransitionTime: metav1.NewTime(clk.Now().Add(-tc.since))}}
+			// The DaemonSet controller made it when the scheduler first tried it.
+			pending.CreationTimestamp = metav1.NewTime(clk.Now().Add(-tc.since))
+			if tc.message != "" {
+				pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+					Reason: corev1.PodReasonUnschedulable, Message: tc.message, LastTransitionTime: metav1.NewTime(clk.Now().Add(-tc.since))}}
+			}
 			c := nodeAgentsClient(huge, pending)
 			g := NewNodeAgentsGate(NodeAgentsOptions{Node: "n1", Startup: []corev1.Taint{startup}, Clock: clk})
 			err := g.Check(context.Background(), Input{Node: node, Reader: c, APIReader: c})

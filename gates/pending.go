@@ -52,7 +52,7 @@ const maxSchedulerMessage = 200
 // unschedulableFor returns pod's PodScheduled condition when the scheduler has found it
 // unschedulable, without a change, for unplaceableAfter, or nil. A daemon pod can only go to its
 // own node, so the verdict is about this node; but it counts every pod there, and anyone who may
-// create a pod can fill a node, so it never decides alone (neverFits does).
+// create a pod can fill a node, so it only names why the node is held, and never decides.
 func unschedulableFor(pod *corev1.Pod, clk clock.PassiveClock) *corev1.PodCondition {
 	if pod == nil {
 		return nil
