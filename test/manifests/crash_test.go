@@ -261,6 +261,26 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 		Eventually(liftShared).Should(BeEmpty(), "two groups of one key: nothing, and the write admitted")
 	})
 
+	// A half-done uninstall that deleted the agent's DaemonSet first: no agent would take the taint
+	// off, and the binding's paramRef finds nothing (parameterNotFoundAction Allow): nothing added,
+	// and the controller's write stands.
+	It("adds nothing once the agent's DaemonSet is gone, and the controller's write stands", func(ctx SpecContext) {
+		for _, obj := range objs {
+			if obj.GetKind() == "DaemonSet" {
+				Expect(deleteObject(ctx, obj)).To(Succeed())
+			}
+		}
+		Eventually(func(g Gomega) []corev1.Taint {
+			node := down(ctx, key()+"="+oldBoot, newBoot)
+			g.Expect(patchNode(ctx, controller("node-controller"), node, func(n *corev1.Node) {
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == unreachable })
+			})).To(Succeed(), "the controller's write")
+			got := &corev1.Node{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+			return got.Spec.Taints
+		}).ShouldNot(ContainElement(back()))
+	})
+
 	It("leaves the Nodes alone once the install is gone", func(ctx SpecContext) {
 		for _, obj := range objs {
 			if strings.HasPrefix(obj.GetKind(), "MutatingAdmissionPolicy") {
