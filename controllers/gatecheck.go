@@ -77,31 +77,6 @@ type verdict struct {
 	readyFrom time.Time
 }
 
-// judge records the gates' verdict: notReady is the first gate that does not pass, readySince
-// when the gates reported to have all started passing. Continuous mode acts on a verdict held
-// longer than --retaint-after.
-func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdict {
-	// The taint's reaction time counts from when every gate passes, or from when it appeared if
-	// later.
-	readyFrom := maxTime(readySince, s.heldSince)
-	switch {
-	case notReady == nil:
-		s.failingSince, s.wouldRetaint = time.Time{}, false
-		if s.passingSince.IsZero() {
-			s.passingSince = now
-		}
-		return verdict{passingFor: now.Sub(maxTime(readySince, s.passingSince)), readyFrom: readyFrom}
-	case notReady.reason == gates.ReasonNotProbed:
-		return verdict{notReady: notReady, readyFrom: readyFrom}
-	default:
-		s.passingSince = time.Time{}
-		if s.failingSince.IsZero() {
-			s.failingSince = now
-		}
-		return verdict{notReady: notReady, failingFor: now.Sub(s.failingSince), readyFrom: readyFrom}
-	}
-}
-
 // errNotProbed stands for the probed gates before their first probe has finished.
 var errNotProbed = errors.New("not probed yet")
 

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -88,42 +87,6 @@ func (r *NodeReconciler) putsBack(g *group, node *corev1.Node) bool {
 	return r.RetaintAfter > 0 || recorded
 }
 
-// nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
-// time, from a startup taint appearing to its removal. Its methods are the transitions, each in the
-// file of the stage that makes it (observe here, judge in gatecheck.go, the records of what a write
-// did in outcome.go); each returns what happened, and the reconciler reports it (events.go). Only
-// the controller's single worker touches it.
-type nodeState struct {
-	uid types.UID
-	// present is, by spec, whether it was on the node at the last observation.
-	present map[string]bool
-	// removedBefore holds the specs (of this state's group) removed from this Node at least once,
-	// by this process or, through startuptaint.RemovedAnnotation, by an earlier one.
-	removedBefore map[string]bool
-	// readded holds the specs that came back since their last removal.
-	readded map[string]bool
-
-	// The current episode: when a startup taint was first seen, the gate and reason classes
-	// already reported while waiting, and the last failure class and its backoff.
-	heldSince  time.Time
-	waitEvents map[string]bool
-	failure    string
-	retryAfter time.Duration
-	// wouldRemove is set once a dry run has reported the removal it would have made.
-	wouldRemove bool
-
-	// The gates' verdict over time, across episodes: since when every gate has passed, or since
-	// when one has not. Both are zero before the first probe, when nothing is known.
-	passingSince time.Time
-	failingSince time.Time
-	// wouldRetaint is set once a dry run has reported the taint it would have put back, until the
-	// gates pass again.
-	wouldRetaint bool
-	// condition is the Node condition this process last wrote, so that a cache which has not seen
-	// the write yet does not cause it twice.
-	condition *corev1.NodeCondition
-}
-
 // observation is what observing the Node's taints found.
 type observation struct {
 	// held are the node's taints that the specs select.
@@ -140,46 +103,6 @@ type observation struct {
 	// that carries none of the specs and whose startuptaint.RemovedAnnotation names none of them:
 	// it registered without the group's startup taints.
 	registeredWithout bool
-}
-
-// observe records the Node's taints, as specs select them: one group's. A Node with a new UID
-// (re-created under the same name) starts a new history; startuptaint.RemovedAnnotation tells which
-// of specs were removed before this process (another group's entries are that group's history).
-// retaint is the spec continuous mode puts back (empty when it is off): only an agent puts it on a
-// Node, so once any of specs has been removed, finding it means it came back.
-func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, retaint string, now time.Time) observation {
-	first := s.uid != node.UID || s.present == nil
-	if first {
-		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
-			readded: map[string]bool{}, waitEvents: map[string]bool{}}
-	}
-	for _, removed := range startuptaint.RemovedRecord(node) {
-		if slices.ContainsFunc(specs, func(spec startuptaint.TaintSpec) bool { return spec.String() == removed }) {
-			s.removedBefore[removed] = true
-		}
-	}
-	obs := observation{held: startuptaint.MatchingTaints(node.Spec.Taints, specs), present: map[string]bool{}}
-	for _, spec := range specs {
-		key := spec.String()
-		present := len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{spec})) > 0
-		removedBefore := s.removedBefore[key] || key == retaint && len(s.removedBefore) > 0
-		if present && !s.present[key] && removedBefore {
-			obs.cameBack = append(obs.cameBack, key)
-			s.readded[key] = true
-		}
-		s.present[key], obs.present[key] = present, present
-		obs.again = obs.again || present && s.readded[key]
-	}
-	obs.registeredWithout = first && len(obs.held) == 0 && len(s.removedBefore) == 0 &&
-		now.Sub(node.CreationTimestamp.Time) < RegistrationWindow
-	switch {
-	case len(obs.held) == 0 && !s.heldSince.IsZero():
-		s.endEpisode()
-		obs.ended = true
-	case len(obs.held) > 0 && s.heldSince.IsZero():
-		s.heldSince = now
-	}
-	return obs
 }
 
 // rebooted reports whether the Node booted again since key's boot was recorded.

@@ -13,49 +13,50 @@ import (
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
 )
 
-// outcome records what the write did for the plan's group, in its state and in the plan for
-// report, and returns when to reconcile again and the error to retry with.
-func (r *NodeReconciler) outcome(node *corev1.Node, p *plan) (time.Duration, error) {
+// outcome records in the group's state what the write did for the plan, and returns it for
+// report, with when to reconcile again and the error to retry with.
+func (r *NodeReconciler) outcome(node *corev1.Node, p *plan) (recorded, time.Duration, error) {
 	switch {
 	case p.remove:
 		return removalOutcome(node, p)
 	case p.retaint != nil && p.err != nil:
-		return 0, fmt.Errorf("putting startup taint %s back on node %s: %w", *p.retaint, node.Name, p.err)
+		return recorded{}, 0, fmt.Errorf("putting startup taint %s back on node %s: %w", *p.retaint, node.Name, p.err)
 	case p.retaint != nil:
 		// Not when the Node was deleted, or has the taint already.
-		if p.retainted = p.putBackWritten(); p.retainted {
-			p.g.state.recordRetaint(*p.retaint, p.v.notReady, p.now)
+		if !p.putBackWritten() {
+			return recorded{}, p.requeue, nil
 		}
+		p.g.state.recordRetaint(*p.retaint, p.v.notReady, p.now)
+		return recorded{retainted: true}, p.requeue, nil
 	case p.recordBoot && p.err != nil && !refused(p.err):
 		// A refused record is reported instead (report): it is tried again at the next change.
-		return 0, fmt.Errorf("recording node %s's boot: %w", node.Name, p.err)
+		return recorded{}, 0, fmt.Errorf("recording node %s's boot: %w", node.Name, p.err)
 	}
-	return p.requeue, nil
+	return recorded{}, p.requeue, nil
 }
 
 // removalOutcome records the removal of the group's taints, or its failure.
-func removalOutcome(node *corev1.Node, p *plan) (time.Duration, error) {
+func removalOutcome(node *corev1.Node, p *plan) (recorded, time.Duration, error) {
 	if p.err != nil {
 		err := fmt.Errorf("removing startup taints from node %s: %w", node.Name, p.err)
 		f := p.g.state.recordFailure(failureClass(err))
-		f.err, p.failure = err, &f
+		f.err = err
 		if f.result != metrics.ResultForbidden {
-			return 0, err
+			return recorded{failure: &f}, 0, err
 		}
 		// A forbidden patch does not heal by itself: it is retried on a backoff of its own,
 		// without the log line controller-runtime writes for every returned error.
-		return f.retryAfter, nil
+		return recorded{failure: &f}, f.retryAfter, nil
 	}
 	removed := p.removed()
 	if len(removed) == 0 {
-		return 0, nil // already gone, or the Node was deleted meanwhile
+		return recorded{}, 0, nil // already gone, or the Node was deleted meanwhile
 	}
 	rem := p.g.state.recordRemoval(node, removed, startuptaint.SpecsSelecting(removed, p.specs), p.v.readyFrom, p.written)
 	if p.forced {
 		rem.unready = p.v.notReady
 	}
-	p.removal = &rem
-	return 0, nil
+	return recorded{removal: &rem}, 0, nil
 }
 
 // removed returns the group's taints the write removed.
@@ -69,15 +70,6 @@ func (p *plan) removed() []corev1.Taint {
 // putBackWritten reports whether the write put the plan's taint back.
 func (p *plan) putBackWritten() bool {
 	return p.orig != nil && len(startuptaint.MatchingTaints(p.orig.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0
-}
-
-// endEpisode forgets the episode: the next taint starts a new one, with its own wait reports and
-// failure backoff.
-func (s *nodeState) endEpisode() {
-	s.heldSince = time.Time{}
-	clear(s.waitEvents)
-	s.failure, s.retryAfter = "", 0
-	s.wouldRemove = false
 }
 
 // removal is what a successful removal reports.
@@ -99,27 +91,6 @@ type removal struct {
 	unready *gateError
 }
 
-// recordRemoval records that the taints specs selected were removed, and ends the episode.
-func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, specs []startuptaint.TaintSpec,
-	readyFrom, now time.Time) removal {
-	rem := removal{
-		taints:             startuptaint.TaintStrings(removed),
-		heldFor:            now.Sub(s.heldSince),
-		sinceCreation:      now.Sub(node.CreationTimestamp.Time),
-		first:              len(s.removedBefore) == 0,
-		readyFor:           now.Sub(readyFrom),
-		permissionsChanged: s.failure == metrics.ResultForbidden,
-	}
-	for _, spec := range specs {
-		key := spec.String()
-		rem.specs = append(rem.specs, key)
-		rem.again = rem.again || s.readded[key]
-		s.present[key], s.removedBefore[key], s.readded[key] = false, true, false
-	}
-	s.endEpisode()
-	return rem
-}
-
 // failure is what a failed removal reports.
 type failure struct {
 	result string // a metrics.Result* class
@@ -132,29 +103,4 @@ type failure struct {
 	permissionsChanged bool
 	// err is the removal's error, as returned.
 	err error
-}
-
-// recordFailure records a failed removal of class result.
-func (s *nodeState) recordFailure(result string) failure {
-	f := failure{result: result, changed: s.failure != result}
-	f.permissionsChanged = f.changed && result == metrics.ResultForbidden
-	s.failure = result
-	if result == metrics.ResultForbidden {
-		s.retryAfter = min(max(2*s.retryAfter, time.Second), MaxRetryInterval)
-		f.retryAfter = s.retryAfter
-	}
-	return f
-}
-
-// recordRetaint records that continuous mode put spec back: it starts an episode whose removal
-// is reported as the taint's return, without reporting the agent's own write as a taint that
-// came back.
-func (s *nodeState) recordRetaint(spec startuptaint.TaintSpec, gerr *gateError, now time.Time) {
-	key := spec.String()
-	s.present[key], s.readded[key] = true, true
-	s.heldSince = now
-	// The event that reported the taint's return said why; no second one for the same gate.
-	if gerr != nil {
-		s.waitEvents[gerr.key()] = true
-	}
 }

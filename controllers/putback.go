@@ -41,9 +41,11 @@ const (
 type putBackRule struct {
 	cause startuptaint.Cause
 	when  when
-	// holds reports whether the cause puts the plan's group's taint back now; it may set
-	// p.requeue to be tried again when it will.
-	holds func(r *NodeReconciler, node *corev1.Node, p *plan) bool
+	// holds reports whether the cause puts the group's taint back now.
+	holds func(r *NodeReconciler, node *corev1.Node, f *facts) bool
+	// wait, when set, is how long until the cause may hold, when it does not yet: decide asks to
+	// be called again then.
+	wait func(r *NodeReconciler, f *facts) time.Duration
 	// changed, when set, reports whether a Node update changed what holds reads, so that the
 	// update causes a reconcile (nodeChanged).
 	changed func(oldNode, newNode *corev1.Node) bool
@@ -53,12 +55,13 @@ type putBackRule struct {
 
 // putBackRules are tried in this order.
 var putBackRules = []putBackRule{
-	{startuptaint.CauseShutdown, atStop, shuttingDownRule, nil, staticTell("once every gate passes after the boot")},
-	{startuptaint.CauseCordon, atReconcile | atStop, cordonedRule, cordonChanged,
-		staticTell("once the node is uncordoned and every gate passes")},
-	{startuptaint.CauseReboot, atReconcile, rebootedRule, bootChanged, rebootTell},
+	{cause: startuptaint.CauseShutdown, when: atStop, holds: shuttingDownRule,
+		tell: staticTell("once every gate passes after the boot")},
+	{cause: startuptaint.CauseCordon, when: atReconcile | atStop, holds: cordonedRule, changed: cordonChanged,
+		tell: staticTell("once the node is uncordoned and every gate passes")},
+	{cause: startuptaint.CauseReboot, when: atReconcile, holds: rebootedRule, changed: bootChanged, tell: rebootTell},
 	// The gates' watches and the prober reconcile when a gate's verdict changes.
-	{startuptaint.CauseGate, atReconcile, gateFailingRule, nil, gateFailingTell},
+	{cause: startuptaint.CauseGate, when: atReconcile, holds: gateFailingRule, wait: gateFailingWait, tell: gateFailingTell},
 }
 
 // ruleOf returns cause's rule.
@@ -72,7 +75,7 @@ func ruleOf(cause startuptaint.Cause) putBackRule {
 }
 
 // shuttingDownRule: kubelet says the Node is shutting down (shutdown.go).
-func shuttingDownRule(_ *NodeReconciler, node *corev1.Node, _ *plan) bool {
+func shuttingDownRule(_ *NodeReconciler, node *corev1.Node, _ *facts) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse &&
 			strings.Contains(c.Message, startuptaint.NodeShuttingDownMessage) {
@@ -84,8 +87,8 @@ func shuttingDownRule(_ *NodeReconciler, node *corev1.Node, _ *plan) bool {
 
 // cordonedRule: the Node is cordoned and its boot was recorded for the group, as a drain before a
 // reboot leaves it; the taint is then held until it is uncordoned (holdWhileCordoned).
-func cordonedRule(_ *NodeReconciler, node *corev1.Node, p *plan) bool {
-	return node.Spec.Unschedulable && p.putsBack
+func cordonedRule(_ *NodeReconciler, node *corev1.Node, f *facts) bool {
+	return node.Spec.Unschedulable && f.putsBack
 }
 
 // cordonChanged: a cordon, or an uncordon, which ends the hold (holdWhileCordoned).
@@ -95,9 +98,9 @@ func cordonChanged(oldNode, newNode *corev1.Node) bool {
 
 // rebootedRule: a gate does not pass, once probed, on a Node that booted again since the group's
 // gates last passed (the boot record, observe.go).
-func rebootedRule(_ *NodeReconciler, _ *corev1.Node, p *plan) bool {
-	notReady := p.v.notReady
-	return notReady != nil && notReady.reason != gates.ReasonNotProbed && p.bootedAgain
+func rebootedRule(_ *NodeReconciler, _ *corev1.Node, f *facts) bool {
+	notReady := f.v.notReady
+	return notReady != nil && notReady.reason != gates.ReasonNotProbed && f.bootedAgain
 }
 
 // bootChanged: a reboot kubelet reports after the agent started.
@@ -108,18 +111,23 @@ func bootChanged(oldNode, newNode *corev1.Node) bool {
 // Continuous mode (RetaintAfter): the startup taint goes back on when a gate stops passing for
 // long enough, and comes off once every gate has passed for as long again.
 
-// gateFailingRule: continuous mode, once a gate has not passed for RetaintAfter. Until then it
-// asks to be tried again when that time is up; the prober calls it sooner if the gate passes again.
-func gateFailingRule(r *NodeReconciler, _ *corev1.Node, p *plan) bool {
-	v := p.v
-	if r.RetaintAfter <= 0 || v.notReady == nil || v.notReady.reason == gates.ReasonNotProbed {
-		return false
+// gateFailingRule: continuous mode, once a gate has not passed for RetaintAfter.
+func gateFailingRule(r *NodeReconciler, _ *corev1.Node, f *facts) bool {
+	return gateFailing(r, f) && gateFailingWait(r, f) == 0
+}
+
+// gateFailingWait: until a failing gate has not passed for RetaintAfter; the prober calls sooner
+// if the gate passes again.
+func gateFailingWait(r *NodeReconciler, f *facts) time.Duration {
+	if !gateFailing(r, f) {
+		return 0
 	}
-	if wait := r.RetaintAfter - v.failingFor; wait > 0 {
-		p.requeue = wait
-		return false
-	}
-	return true
+	return max(r.RetaintAfter-f.v.failingFor, 0)
+}
+
+// gateFailing reports whether continuous mode is on and a gate, once probed, does not pass.
+func gateFailing(r *NodeReconciler, f *facts) bool {
+	return r.RetaintAfter > 0 && f.v.notReady != nil && f.v.notReady.reason != gates.ReasonNotProbed
 }
 
 // told is what a taint put back is reported with beyond its cause's row: why it went back (the
@@ -157,21 +165,28 @@ func (r *NodeReconciler) tell(node *corev1.Node, cause startuptaint.Cause, v ver
 	return t
 }
 
-// planPutBack decides, for a group none of whose startup taints is on the Node, whether a cause
+// decidePutBack decides, for a group none of whose startup taints is on the Node, whether a cause
 // puts its taint back at once. Once the gates pass and none does, the boot record is brought up
 // to this boot, so that a later restart of the agent in the same boot (a rollout) never reads as
 // a reboot.
-func (r *NodeReconciler) planPutBack(node *corev1.Node, p *plan) {
+func (r *NodeReconciler) decidePutBack(node *corev1.Node, f *facts) decision {
+	var d decision
 	for _, rule := range putBackRules {
-		if rule.when&atReconcile != 0 && rule.holds(r, node, p) {
-			r.putBack(node, p, rule.cause)
-			return
+		if rule.when&atReconcile == 0 {
+			continue
+		}
+		if rule.holds(r, node, f) {
+			return r.putBack(node, f, rule.cause)
+		}
+		if rule.wait != nil {
+			d.requeue = sooner(d.requeue, rule.wait(r, f))
 		}
 	}
-	if p.v.notReady == nil && !r.DryRun && bootBehind(node, p.specs) {
-		_, p.recordBoot = bootRecordWith(node, startuptaint.SpecKeys(p.specs))
-		p.bootRecordFull = !p.recordBoot
+	if f.v.notReady == nil && !r.DryRun && bootBehind(node, f.specs) {
+		_, d.recordBoot = bootRecordWith(node, startuptaint.SpecKeys(f.specs))
+		d.bootRecordFull = !d.recordBoot
 	}
+	return d
 }
 
 // bootBehind reports whether the record should be brought up to this boot for the group's specs:
@@ -203,30 +218,23 @@ func putBackChanged(oldNode, newNode *corev1.Node) bool {
 }
 
 // causeAtStop returns the cause that puts the group's taint back as the agent stops, if one holds.
-func (r *NodeReconciler) causeAtStop(node *corev1.Node, p *plan) (startuptaint.Cause, bool) {
+func (r *NodeReconciler) causeAtStop(node *corev1.Node, f *facts) (startuptaint.Cause, bool) {
 	for _, rule := range putBackRules {
-		if rule.when&atStop != 0 && rule.holds(r, node, p) {
+		if rule.when&atStop != 0 && rule.holds(r, node, f) {
 			return rule.cause, true
 		}
 	}
 	return "", false
 }
 
-// putBack plans the group's taint back for cause; a dry run only says it would, once per episode.
-func (r *NodeReconciler) putBack(node *corev1.Node, p *plan, cause startuptaint.Cause) {
-	p.cause, p.told = cause, r.tell(node, cause, p.v)
+// putBack decides the group's taint back for cause; a dry run only says it would, once per episode.
+func (r *NodeReconciler) putBack(node *corev1.Node, f *facts, cause startuptaint.Cause) decision {
+	d := decision{cause: cause, told: r.tell(node, cause, f.v)}
 	if r.DryRun {
-		p.wouldRetaint = p.g.state.firstWouldRetaint()
-		return
+		d.wouldRetaint = f.g.state.firstWouldRetaint()
+		return d
 	}
-	spec := startuptaint.RetaintSpec(p.specs)
-	p.retaint = &spec
-}
-
-// firstWouldRetaint reports whether this is the first time, since the gates last passed, that a
-// dry run would have put the taint back.
-func (s *nodeState) firstWouldRetaint() bool {
-	first := !s.wouldRetaint
-	s.wouldRetaint = true
-	return first
+	spec := startuptaint.RetaintSpec(f.specs)
+	d.retaint = &spec
+	return d
 }

@@ -51,19 +51,25 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		if !ok {
 			continue
 		}
-		p := &plan{g: g, now: now, observed: found, v: r.check(gctx, node, g, found, now)}
-		r.decide(gctx, node, p)
-		plans = append(plans, p)
+		f := facts{g: g, now: now, observed: found, v: r.check(gctx, node, g, found, now)}
+		plans = append(plans, &plan{facts: f, decision: r.decide(gctx, node, &f)})
 	}
 	var res ctrl.Result
 	var errs []error
 	if permitted {
 		for _, p := range plans {
-			errs = append(errs, r.publishCondition(p.g.logContext(ctx), node, p))
+			var err error
+			p.published, err = r.publishCondition(p.g.logContext(ctx), node, &p.facts)
+			errs = append(errs, err)
 		}
-		r.write(ctx, node, slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() }))
+		changing := slices.DeleteFunc(slices.Clone(plans), func(p *plan) bool { return !p.changes() })
+		for i, w := range r.write(ctx, node, changing) {
+			changing[i].wrote = w
+		}
 		for _, p := range plans {
-			requeue, err := r.outcome(node, p)
+			var requeue time.Duration
+			var err error
+			p.recorded, requeue, err = r.outcome(node, p)
 			errs = append(errs, err)
 			if requeue > 0 && (res.RequeueAfter == 0 || requeue < res.RequeueAfter) {
 				res.RequeueAfter = requeue
@@ -79,21 +85,25 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	return res, errors.Join(errs...)
 }
 
-// plan carries one group through one reconcile: what each stage found, one value per stage, in
-// the loop's order, and report says it all at the end. observe and check return theirs; decide,
-// write and outcome fill in their own, and only their own.
+// plan carries one group through one reconcile: one value per stage, in the loop's order, each
+// returned by its stage and handed on by Reconcile; report says it all at the end.
 type plan struct {
+	facts     // observe's and check's
+	decision  // decide's
+	published // publishCondition's
+	wrote     // write's
+	recorded  // outcome's
+}
+
+// facts is what observe and check found for one group at one reconcile: what decide decides from.
+type facts struct {
 	g *group
 	// now is when the reconcile began: the one time its observations and decisions are made at.
 	now time.Time
-
 	observed
 	// v is check's: the gates' verdict over time; its notReady is the gate that holds the group's
 	// taints, nil when every gate passes, which is also what the Node condition says.
 	v verdict
-	decision
-	wrote
-	recorded
 }
 
 // observed is what observe found: the group's taints (specs: its startup taints as configured, and
@@ -129,16 +139,20 @@ type decision struct {
 	wouldRemove, wouldRetaint bool
 }
 
-// wrote is what write did: the Node condition publishCondition wrote, and its error. orig is the
-// Node before the patch that carried this plan's change, nil when that patch changed nothing or
-// the Node is gone; err is the patch's error, and written when the API server accepted it: the end
-// of the reaction time.
-type wrote struct {
+// published is what publishCondition wrote: the Node condition, and the API server's error, nil
+// when nothing was written.
+type published struct {
 	condition    *corev1.NodeCondition
 	conditionErr error
-	orig         *corev1.Node
-	err          error
-	written      time.Time
+}
+
+// wrote is what write did: orig is the Node before the patch that carried this plan's change, nil
+// when that patch changed nothing or the Node is gone; err is the patch's error, and written when
+// the API server accepted it: the end of the reaction time.
+type wrote struct {
+	orig    *corev1.Node
+	err     error
+	written time.Time
 }
 
 // recorded is what outcome recorded: the removal, or its failure and the error it returns; whether

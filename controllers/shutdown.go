@@ -61,16 +61,17 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 		if !r.putsBack(g, node) || len(startuptaint.MatchingTaints(node.Spec.Taints, specs)) > 0 {
 			continue
 		}
-		p := &plan{g: g, observed: observed{specs: specs, putsBack: true}}
-		cause, ok := r.causeAtStop(node, p)
+		f := facts{g: g, observed: observed{specs: specs, putsBack: true}}
+		cause, ok := r.causeAtStop(node, &f)
 		if !ok {
 			continue
 		}
 		back := startuptaint.RetaintSpec(specs)
-		p.retaint, p.cause, p.told = &back, cause, r.tell(node, cause, verdict{})
-		plans = append(plans, p)
+		plans = append(plans, &plan{facts: f, decision: decision{retaint: &back, cause: cause, told: r.tell(node, cause, verdict{})}})
 	}
-	r.write(ctx, node, plans)
+	for i, w := range r.write(ctx, node, plans) {
+		plans[i].wrote = w
+	}
 	for _, p := range plans {
 		switch {
 		case p.err != nil:

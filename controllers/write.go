@@ -50,13 +50,13 @@ func writeCondition(ctx context.Context, c client.Client, node *corev1.Node, wan
 		append([]client.SubResourcePatchOption{client.FieldOwner(startuptaint.FieldManager)}, opts...)...)
 }
 
-// write sends the plans' changes to the Node in one locked patch, and records its outcome in each
-// plan. When that patch is forbidden and carries several groups' changes, each is sent alone, so a
-// group the admission policy refuses (an install that does not list its taint) holds back only
-// itself.
-func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*plan) {
+// write sends the plans' changes to the Node in one locked patch, and returns what it did for
+// each plan, in their order. When that patch is refused and carries several groups' changes, each
+// is sent alone, so a group the admission policy refuses (an install that does not list its taint)
+// holds back only itself.
+func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*plan) []wrote {
 	if len(plans) == 0 {
-		return
+		return nil
 	}
 	base := node.DeepCopy()
 	orig, err := r.patchTaints(ctx, node, func(n *corev1.Node) {
@@ -64,16 +64,18 @@ func (r *NodeReconciler) write(ctx context.Context, node *corev1.Node, plans []*
 			p.apply(n)
 		}
 	}, func(orig *corev1.Node) { r.reportConflict(orig, plans) })
+	out := make([]wrote, len(plans))
 	if err != nil && len(plans) > 1 && refused(err) {
-		for _, p := range plans {
-			r.write(ctx, base.DeepCopy(), []*plan{p})
+		for i, p := range plans {
+			out[i] = r.write(ctx, base.DeepCopy(), []*plan{p})[0]
 		}
-		return
+		return out
 	}
 	written := r.wired.clock.Now()
-	for _, p := range plans {
-		p.orig, p.err, p.written = orig, err, written
+	for i := range out {
+		out[i] = wrote{orig: orig, err: err, written: written}
 	}
+	return out
 }
 
 // conflictBackoff spaces the retries of a patch that lost a race with another writer; jitter
@@ -220,29 +222,29 @@ func bootRecordWith(n *corev1.Node, keys []string) (string, bool) {
 const ConditionReasonGatesPass = "GatesPass"
 
 // publishCondition writes the group's verdict as its ConditionType condition when it differs from
-// the condition on the Node and from the one this process wrote last. Nothing is written before
-// the gates have been probed, so a restarted agent does not report False for a moment.
-func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, p *plan) error {
-	g, notReady := p.g, p.v.notReady
+// the condition on the Node and from the one this process wrote last, and returns what it wrote
+// and the error to retry with. Nothing is written before the gates have been probed, so a
+// restarted agent does not report False for a moment.
+func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node, f *facts) (published, error) {
+	g, notReady := f.g, f.v.notReady
 	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == gates.ReasonNotProbed {
-		return nil
+		return published{}, nil
 	}
 	want := condition(g.ConditionType, notReady)
 	current := gates.FindCondition(node.Status.Conditions, want.Type)
 	if sameCondition(current, &want) || g.state.conditionWritten(&want) {
-		return nil
+		return published{}, nil
 	}
-	want = stamped(want, current, p.now)
+	want = stamped(want, current, f.now)
 	err := writeCondition(ctx, r.wired.client, node, want)
 	if apierrors.IsNotFound(err) {
-		return nil // the Node was deleted meanwhile
+		return published{}, nil // the Node was deleted meanwhile
 	}
-	p.condition, p.conditionErr = &want, err
 	if err != nil {
-		return fmt.Errorf("writing condition %s of node %s: %w", want.Type, node.Name, err)
+		return published{condition: &want, conditionErr: err}, fmt.Errorf("writing condition %s of node %s: %w", want.Type, node.Name, err)
 	}
 	g.state.recordCondition(&want)
-	return nil
+	return published{condition: &want}, nil
 }
 
 // condition is the verdict as a condition of type t, without its times.
@@ -276,16 +278,6 @@ const maxConditionMessage = 1024
 // sameCondition compares what the verdict decides: the status, reason and message.
 func sameCondition(a, b *corev1.NodeCondition) bool {
 	return a != nil && b != nil && a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
-}
-
-// conditionWritten reports whether c is the condition this process wrote last.
-func (s *nodeState) conditionWritten(c *corev1.NodeCondition) bool {
-	return sameCondition(s.condition, c)
-}
-
-// recordCondition records the condition this process wrote.
-func (s *nodeState) recordCondition(c *corev1.NodeCondition) {
-	s.condition = c
 }
 
 // maxNote is the longest note the API server accepts in an event, in bytes.
