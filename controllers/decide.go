@@ -79,7 +79,7 @@ func (r *NodeReconciler) deadline(node *corev1.Node, f *facts) (time.Time, bool)
 	switch {
 	case r.MaxWait <= 0:
 		return time.Time{}, false
-	case !f.obs.again:
+	case !f.obs.heldCameBack:
 		return node.CreationTimestamp.Add(r.MaxWait), true
 	case r.RetaintAfter > 0 && !f.bootedAgain || f.g.state.heldSince.IsZero():
 		return time.Time{}, false
@@ -120,7 +120,7 @@ func (r *NodeReconciler) holdWhileCordoned(node *corev1.Node, f *facts) bool {
 // the gates have passed for RetaintAfter without interruption, so a flapping agent does not flap
 // the taint. Zero outside continuous mode and for a Node's first startup taints.
 func (r *NodeReconciler) holdFor(obs observation, v verdict) time.Duration {
-	if r.RetaintAfter <= 0 || !obs.again || v.notReady != nil {
+	if r.RetaintAfter <= 0 || !obs.heldCameBack || v.notReady != nil {
 		return 0
 	}
 	return max(r.RetaintAfter-v.passingFor, 0)

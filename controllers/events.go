@@ -33,10 +33,10 @@ func (r *NodeReconciler) report(ctx context.Context, node *corev1.Node, p *plan)
 		r.reportFailure(ctx, node, startuptaint.SpecsSelecting(p.obs.held, p.specs), *p.failure)
 	case p.removal != nil:
 		r.reportRemoval(ctx, node, *p.removal)
-	case p.retaint != nil && p.err != nil:
-		r.reportRetaintFailure(*p.retaint, p.err)
-	case p.retainted:
-		r.reportRetaint(ctx, node, *p.retaint, p.cause, p.told)
+	case p.putBack != nil && p.err != nil:
+		r.reportPutBackFailure(*p.putBack, p.err)
+	case p.putBackDone:
+		r.reportPutBack(ctx, node, *p.putBack, p.cause, p.told)
 	case p.recordBoot && refused(p.err):
 		// An install's policy from before the boot record refuses it; the removal's own
 		// confinement check reports that (RemovalRefused).
@@ -93,8 +93,8 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 	if p.wouldRemove {
 		r.reportWouldRemove(ctx, node, p.obs.held, startuptaint.SpecsSelecting(p.obs.held, p.specs), p.v.notReady)
 	}
-	if p.wouldRetaint {
-		r.reportWouldRetaint(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.told)
+	if p.wouldPutBack {
+		r.reportWouldPutBack(ctx, node, startuptaint.RetaintSpec(p.specs), p.cause, p.told)
 	}
 }
 
@@ -164,7 +164,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 		// The deadline counts from the Node's creation, or for taints that came back after a
 		// reboot from when this process found them back.
 		since, from, key := rem.sinceCreation, "the node was created", "sinceNodeCreation"
-		if rem.again {
+		if rem.cameBack {
 			since, from, key = rem.heldFor, "they came back", "heldFor"
 		}
 		logger.Info("removed startup taints although a gate does not pass: the maximum wait has passed",
@@ -174,7 +174,7 @@ func (r *NodeReconciler) reportRemoval(ctx context.Context, node *corev1.Node, r
 			rem.taints, since.Round(time.Second), from, rem.unready.Error())
 		return
 	}
-	if rem.again {
+	if rem.cameBack {
 		held := rem.heldFor.Round(time.Millisecond)
 		logger.Info("removed startup taints again", "taints", rem.taints, "heldFor", held.String())
 		r.wired.recorder.Eventf(node, nil, corev1.EventTypeNormal, startuptaint.EventReasonTaintRemovedAgain, "RemoveTaint",
@@ -203,8 +203,8 @@ func (r *NodeReconciler) reportWouldRemove(ctx context.Context, node *corev1.Nod
 		"Dry run: would remove startup taints %v now: %s", taints, why)
 }
 
-// reportRetaint reports a startup taint put back, for cause: the counter, an event and a log line.
-func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause startuptaint.Cause,
+// reportPutBack reports a startup taint put back, for cause: the counter, an event and a log line.
+func (r *NodeReconciler) reportPutBack(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec, cause startuptaint.Cause,
 	t told) {
 	row := startuptaint.PutBackOf(cause)
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), row.Result).Inc()
@@ -213,15 +213,15 @@ func (r *NodeReconciler) reportRetaint(ctx context.Context, node *corev1.Node, s
 		"Put startup taint %s back: %s; it comes off %s", spec, t.why, t.until)
 }
 
-// reportRetaintFailure counts a failed re-taint by class; the error is returned, and logged by
+// reportPutBackFailure counts a failed re-taint by class; the error is returned, and logged by
 // controller-runtime.
-func (r *NodeReconciler) reportRetaintFailure(spec startuptaint.TaintSpec, err error) {
+func (r *NodeReconciler) reportPutBackFailure(spec startuptaint.TaintSpec, err error) {
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), failureClass(err)).Inc()
 }
 
-// reportWouldRetaint reports the taint a dry run would have put back, for cause: the counter, an
+// reportWouldPutBack reports the taint a dry run would have put back, for cause: the counter, an
 // event and a log line.
-func (r *NodeReconciler) reportWouldRetaint(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec,
+func (r *NodeReconciler) reportWouldPutBack(ctx context.Context, node *corev1.Node, spec startuptaint.TaintSpec,
 	cause startuptaint.Cause, t told) {
 	r.wired.metrics.Retaints.WithLabelValues(spec.String(), metrics.ResultDryRun).Inc()
 	log.FromContext(ctx).Info("dry run: would put a startup taint back", append([]any{"taint", spec.String()}, t.details...)...)

@@ -49,7 +49,7 @@ const MaxRetryInterval = 5 * time.Minute
 const cacheSyncTimeout = 100 * 365 * 24 * time.Hour
 
 // NodeReconciler removes its groups' startup taints from one Node once every readiness gate of
-// the group passes, and keeps doing so for its whole life: a taint re-added later is removed again
+// the group passes, and keeps doing so for its whole life: a taint that comes back later is removed again
 // on the watch event that shows it.
 //
 // Everything it needs comes through its fields, so a driver can run it in its own manager:

@@ -36,7 +36,7 @@ func (r *NodeReconciler) observe(ctx context.Context, g *group, node *corev1.Nod
 		return observed{}, false
 	}
 	return observed{specs: specs, startup: g.startupSpecs(), putsBack: putsBack, bootedAgain: g.bootedAgain(node),
-		obs: g.state.observe(node, specs, g.retaintKey(putsBack), now), csiDriver: r.readCSIDriver(ctx, g)}, true
+		obs: g.state.observe(node, specs, g.putBackKey(putsBack), now), csiDriver: r.readCSIDriver(ctx, g)}, true
 }
 
 // startupSpecs are the group's startup taints as configured: its Taints, or the CSI driver's
@@ -65,9 +65,9 @@ func (g *group) taintSpecs(putBack bool) []startuptaint.TaintSpec {
 	return append(slices.Clip(specs), back)
 }
 
-// retaintKey is startuptaint.RetaintSpec's String when putBack, and empty otherwise or before the
+// putBackKey is startuptaint.RetaintSpec's String when putBack, and empty otherwise or before the
 // group's taints are known.
-func (g *group) retaintKey(putBack bool) string {
+func (g *group) putBackKey(putBack bool) string {
 	if specs := g.startupSpecs(); putBack && len(specs) > 0 {
 		return startuptaint.RetaintSpec(specs).String()
 	}
@@ -97,8 +97,8 @@ type observation struct {
 	cameBack []string
 	// ended is set when the taints went without this agent removing them: another writer did.
 	ended bool
-	// again is set when a held taint came back after an earlier removal.
-	again bool
+	// heldCameBack is set when a held taint came back after an earlier removal.
+	heldCameBack bool
 	// registeredWithout is set at the first observation of a Node younger than RegistrationWindow
 	// that carries none of the specs and whose startuptaint.RemovedAnnotation names none of them:
 	// it registered without the group's startup taints.

@@ -19,15 +19,15 @@ func (r *NodeReconciler) outcome(node *corev1.Node, p *plan) (recorded, time.Dur
 	switch {
 	case p.remove:
 		return removalOutcome(node, p)
-	case p.retaint != nil && p.err != nil:
-		return recorded{}, 0, fmt.Errorf("putting startup taint %s back on node %s: %w", *p.retaint, node.Name, p.err)
-	case p.retaint != nil:
+	case p.putBack != nil && p.err != nil:
+		return recorded{}, 0, fmt.Errorf("putting startup taint %s back on node %s: %w", *p.putBack, node.Name, p.err)
+	case p.putBack != nil:
 		// Not when the Node was deleted, or has the taint already.
 		if !p.putBackWritten() {
 			return recorded{}, p.requeue, nil
 		}
-		p.g.state.recordRetaint(*p.retaint, p.v.notReady, p.now)
-		return recorded{retainted: true}, p.requeue, nil
+		p.g.state.recordPutBack(*p.putBack, p.v.notReady, p.now)
+		return recorded{putBackDone: true}, p.requeue, nil
 	case p.recordBoot && p.err != nil && !refused(p.err):
 		// A refused record is reported instead (report): it is tried again at the next change.
 		return recorded{}, 0, fmt.Errorf("recording node %s's boot: %w", node.Name, p.err)
@@ -69,16 +69,16 @@ func (p *plan) removed() []corev1.Taint {
 
 // putBackWritten reports whether the write put the plan's taint back.
 func (p *plan) putBackWritten() bool {
-	return p.orig != nil && len(startuptaint.MatchingTaints(p.orig.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0
+	return p.orig != nil && len(startuptaint.MatchingTaints(p.orig.Spec.Taints, []startuptaint.TaintSpec{*p.putBack})) == 0
 }
 
 // removal is what a successful removal reports.
 type removal struct {
 	taints []string // the removed taints, as KEY[=VALUE]:EFFECT
 	specs  []string // the specs that selected them
-	// again is set when one of them came back after an earlier removal.
-	again   bool
-	heldFor time.Duration
+	// cameBack is set when one of them came back after an earlier removal.
+	cameBack bool
+	heldFor  time.Duration
 	// sinceCreation is the time from the Node's creation; first is set for the first removal of
 	// the group's taints from the Node, the one the fleet's removal histogram counts.
 	sinceCreation time.Duration

@@ -176,7 +176,7 @@ func (r *NodeReconciler) decidePutBack(node *corev1.Node, f *facts) decision {
 			continue
 		}
 		if rule.holds(r, node, f) {
-			return r.putBack(node, f, rule.cause)
+			return r.putBackFor(node, f, rule.cause)
 		}
 		if rule.wait != nil {
 			d.requeue = sooner(d.requeue, rule.wait(r, f))
@@ -227,14 +227,14 @@ func (r *NodeReconciler) causeAtStop(node *corev1.Node, f *facts) (startuptaint.
 	return "", false
 }
 
-// putBack decides the group's taint back for cause; a dry run only says it would, once per episode.
-func (r *NodeReconciler) putBack(node *corev1.Node, f *facts, cause startuptaint.Cause) decision {
+// putBackFor decides the group's taint back for cause; a dry run only says it would, once per episode.
+func (r *NodeReconciler) putBackFor(node *corev1.Node, f *facts, cause startuptaint.Cause) decision {
 	d := decision{cause: cause, told: r.tell(node, cause, f.v)}
 	if r.DryRun {
-		d.wouldRetaint = f.g.state.firstWouldRetaint()
+		d.wouldPutBack = f.g.state.firstWouldPutBack()
 		return d
 	}
 	spec := startuptaint.RetaintSpec(f.specs)
-	d.retaint = &spec
+	d.putBack = &spec
 	return d
 }

@@ -120,14 +120,14 @@ type observed struct {
 }
 
 // decision is what decide chose: remove is set when the group's startup taints go now; forced,
-// when MaxWait forces them. retaint is the taint put back now, cause why and told what to say
+// when MaxWait forces them. putBack is the taint put back now, cause why and told what to say
 // (putback.go). recordBoot is set when the boot record alone is brought up to this boot
 // (putback.go); bootRecordFull, when it is behind and this boot's entries would take it beyond its
 // bounds. requeue is when to reconcile again for this group, when nothing is written.
 type decision struct {
 	remove         bool
 	forced         bool
-	retaint        *startuptaint.TaintSpec
+	putBack        *startuptaint.TaintSpec
 	cause          startuptaint.Cause
 	told           told
 	recordBoot     bool
@@ -136,7 +136,7 @@ type decision struct {
 	// What decide found to say: the wait for notReady (firstWait: the first in this episode for its
 	// gate and reason class), and a dry run's removal or re-taint that it did not make.
 	waiting, firstWait        bool
-	wouldRemove, wouldRetaint bool
+	wouldRemove, wouldPutBack bool
 }
 
 // published is what publishCondition wrote: the Node condition, and the API server's error, nil
@@ -158,13 +158,13 @@ type wrote struct {
 // recorded is what outcome recorded: the removal, or its failure and the error it returns; whether
 // the write put the taint back.
 type recorded struct {
-	removal   *removal
-	failure   *failure
-	retainted bool
+	removal     *removal
+	failure     *failure
+	putBackDone bool
 }
 
 // changes reports whether the plan writes to the Node.
-func (p *plan) changes() bool { return p.remove || p.retaint != nil || p.recordBoot }
+func (p *plan) changes() bool { return p.remove || p.putBack != nil || p.recordBoot }
 
 // logContext adds the group's name to the logger in ctx, when it has one.
 func (g *group) logContext(ctx context.Context) context.Context {

@@ -34,15 +34,15 @@ func (s atShutdown) Start(ctx context.Context) error {
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownWriteTimeout)
 	defer cancel()
-	s.r.retaintAtShutdown(stopCtx)
+	s.r.putBackAtShutdown(stopCtx)
 	return nil
 }
 
-// retaintAtShutdown reads the Node from the API server and, while kubelet says it is shutting
+// putBackAtShutdown reads the Node from the API server and, while kubelet says it is shutting
 // down or the Node is cordoned, puts back, in one patch, the taint of each group that holds none
 // and whose boot was recorded. Nothing is logged as an error: the process is stopping, and
 // kubelet's Ready condition after the reboot shows the rest.
-func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
+func (r *NodeReconciler) putBackAtShutdown(ctx context.Context) {
 	if r.DryRun || r.ConditionsOnly || !r.Confinement.Permits() {
 		return
 	}
@@ -67,7 +67,7 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 			continue
 		}
 		back := startuptaint.RetaintSpec(specs)
-		plans = append(plans, &plan{facts: f, decision: decision{retaint: &back, cause: cause, told: r.tell(node, cause, verdict{})}})
+		plans = append(plans, &plan{facts: f, decision: decision{putBack: &back, cause: cause, told: r.tell(node, cause, verdict{})}})
 	}
 	for i, w := range r.write(ctx, node, plans) {
 		plans[i].wrote = w
@@ -75,10 +75,10 @@ func (r *NodeReconciler) retaintAtShutdown(ctx context.Context) {
 	for _, p := range plans {
 		switch {
 		case p.err != nil:
-			r.reportRetaintFailure(*p.retaint, p.err)
-			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.retaint.String(), "error", p.err.Error())
+			r.reportPutBackFailure(*p.putBack, p.err)
+			logger.Info("could not put a startup taint back as the node shuts down", "taint", p.putBack.String(), "error", p.err.Error())
 		case p.putBackWritten():
-			r.reportRetaint(ctx, node, *p.retaint, p.cause, p.told)
+			r.reportPutBack(ctx, node, *p.putBack, p.cause, p.told)
 		}
 	}
 }

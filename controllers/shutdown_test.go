@@ -39,7 +39,7 @@ func TestAShutdownPutsTheTaintBackOnlyWhileKubeletSaysSo(t *testing.T) {
 			e := newEpisodeTest(t, node)
 			e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 			added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseShutdown).Result))
-			e.r.retaintAtShutdown(context.Background())
+			e.r.putBackAtShutdown(context.Background())
 			if got := e.taints(); !testkit.EqualTaints(got, tt.want) {
 				t.Fatalf("taints %v as the agent stops, want %v", got, tt.want)
 			}
@@ -59,7 +59,7 @@ func TestAnAgentStoppedOnACordonedNodeBeforeItSawTheCordonPutsTheTaintBack(t *te
 	e := newEpisodeTest(t, node)
 	e.set(func(r *NodeReconciler) { r.Groups[0].Taints = retaintSpecs })
 	added := testutil.ToFloat64(metrics.Default().Retaints.WithLabelValues(retaintTaint.ToString(), startuptaint.PutBackOf(startuptaint.CauseCordon).Result))
-	e.r.retaintAtShutdown(context.Background())
+	e.r.putBackAtShutdown(context.Background())
 	if got := e.taints(); !testkit.EqualTaints(got, []corev1.Taint{foreign, retaintTaint}) {
 		t.Fatalf("taints %v as the agent stops on a cordoned node, want %v back", got, retaintTaint)
 	}

@@ -21,7 +21,7 @@ import (
 //   - check: judge (the gates' verdict over time);
 //   - decide: firstWait, firstWouldRemove, firstWouldRetaint (what is said once per episode);
 //   - publishCondition: recordCondition;
-//   - outcome: recordRemoval (which ends the episode), recordFailure, recordRetaint.
+//   - outcome: recordRemoval (which ends the episode), recordFailure, recordPutBack.
 
 // nodeState is what the reconciler remembers about its Node between reconciles: one episode at a
 // time, from a startup taint appearing to its removal. Only the controller's single worker
@@ -33,8 +33,8 @@ type nodeState struct {
 	// removedBefore holds the specs (of this state's group) removed from this Node at least once,
 	// by this process or, through startuptaint.RemovedAnnotation, by an earlier one.
 	removedBefore map[string]bool
-	// readded holds the specs that came back since their last removal.
-	readded map[string]bool
+	// cameBack holds the specs that came back since their last removal.
+	cameBack map[string]bool
 
 	// The current episode: when a startup taint was first seen, the gate and reason classes
 	// already reported while waiting, and the last failure class and its backoff.
@@ -49,9 +49,9 @@ type nodeState struct {
 	// when one has not. Both are zero before the first probe, when nothing is known.
 	passingSince time.Time
 	failingSince time.Time
-	// wouldRetaint is set once a dry run has reported the taint it would have put back, until the
+	// wouldPutBack is set once a dry run has reported the taint it would have put back, until the
 	// gates pass again.
-	wouldRetaint bool
+	wouldPutBack bool
 	// condition is the Node condition this process last wrote, so that a cache which has not seen
 	// the write yet does not cause it twice.
 	condition *corev1.NodeCondition
@@ -60,13 +60,13 @@ type nodeState struct {
 // observe records the Node's taints, as specs select them: one group's. A Node with a new UID
 // (re-created under the same name) starts a new history; startuptaint.RemovedAnnotation tells which
 // of specs were removed before this process (another group's entries are that group's history).
-// retaint is the spec continuous mode puts back (empty when it is off): only an agent puts it on a
+// putBack is the spec continuous mode puts back (empty when it is off): only an agent puts it on a
 // Node, so once any of specs has been removed, finding it means it came back.
-func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, retaint string, now time.Time) observation {
+func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, putBack string, now time.Time) observation {
 	first := s.uid != node.UID || s.present == nil
 	if first {
 		*s = nodeState{uid: node.UID, present: map[string]bool{}, removedBefore: map[string]bool{},
-			readded: map[string]bool{}, waitEvents: map[string]bool{}}
+			cameBack: map[string]bool{}, waitEvents: map[string]bool{}}
 	}
 	for _, removed := range startuptaint.RemovedRecord(node) {
 		if slices.ContainsFunc(specs, func(spec startuptaint.TaintSpec) bool { return spec.String() == removed }) {
@@ -77,13 +77,13 @@ func (s *nodeState) observe(node *corev1.Node, specs []startuptaint.TaintSpec, r
 	for _, spec := range specs {
 		key := spec.String()
 		present := len(startuptaint.MatchingTaints(node.Spec.Taints, []startuptaint.TaintSpec{spec})) > 0
-		removedBefore := s.removedBefore[key] || key == retaint && len(s.removedBefore) > 0
+		removedBefore := s.removedBefore[key] || key == putBack && len(s.removedBefore) > 0
 		if present && !s.present[key] && removedBefore {
 			obs.cameBack = append(obs.cameBack, key)
-			s.readded[key] = true
+			s.cameBack[key] = true
 		}
 		s.present[key], obs.present[key] = present, present
-		obs.again = obs.again || present && s.readded[key]
+		obs.heldCameBack = obs.heldCameBack || present && s.cameBack[key]
 	}
 	obs.registeredWithout = first && len(obs.held) == 0 && len(s.removedBefore) == 0 &&
 		now.Sub(node.CreationTimestamp.Time) < RegistrationWindow
@@ -106,7 +106,7 @@ func (s *nodeState) judge(notReady *gateError, readySince, now time.Time) verdic
 	readyFrom := maxTime(readySince, s.heldSince)
 	switch {
 	case notReady == nil:
-		s.failingSince, s.wouldRetaint = time.Time{}, false
+		s.failingSince, s.wouldPutBack = time.Time{}, false
 		if s.passingSince.IsZero() {
 			s.passingSince = now
 		}
@@ -145,8 +145,8 @@ func (s *nodeState) recordRemoval(node *corev1.Node, removed []corev1.Taint, spe
 	for _, spec := range specs {
 		key := spec.String()
 		rem.specs = append(rem.specs, key)
-		rem.again = rem.again || s.readded[key]
-		s.present[key], s.removedBefore[key], s.readded[key] = false, true, false
+		rem.cameBack = rem.cameBack || s.cameBack[key]
+		s.present[key], s.removedBefore[key], s.cameBack[key] = false, true, false
 	}
 	s.endEpisode()
 	return rem
@@ -164,12 +164,12 @@ func (s *nodeState) recordFailure(result string) failure {
 	return f
 }
 
-// recordRetaint records that continuous mode put spec back: it starts an episode whose removal
+// recordPutBack records that continuous mode put spec back: it starts an episode whose removal
 // is reported as the taint's return, without reporting the agent's own write as a taint that
 // came back.
-func (s *nodeState) recordRetaint(spec startuptaint.TaintSpec, gerr *gateError, now time.Time) {
+func (s *nodeState) recordPutBack(spec startuptaint.TaintSpec, gerr *gateError, now time.Time) {
 	key := spec.String()
-	s.present[key], s.readded[key] = true, true
+	s.present[key], s.cameBack[key] = true, true
 	s.heldSince = now
 	// The event that reported the taint's return said why; no second one for the same gate.
 	if gerr != nil {
@@ -204,10 +204,10 @@ func (s *nodeState) firstWouldRemove() bool {
 	return first
 }
 
-// firstWouldRetaint reports whether this is the first time, since the gates last passed, that a
+// firstWouldPutBack reports whether this is the first time, since the gates last passed, that a
 // dry run would have put the taint back.
-func (s *nodeState) firstWouldRetaint() bool {
-	first := !s.wouldRetaint
-	s.wouldRetaint = true
+func (s *nodeState) firstWouldPutBack() bool {
+	first := !s.wouldPutBack
+	s.wouldPutBack = true
 	return first
 }

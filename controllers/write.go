@@ -126,9 +126,9 @@ func (r *NodeReconciler) patchTaints(ctx context.Context, node *corev1.Node, cha
 // apply makes the plan's change to n.
 func (p *plan) apply(n *corev1.Node) {
 	switch {
-	case p.retaint != nil:
-		if len(startuptaint.MatchingTaints(n.Spec.Taints, []startuptaint.TaintSpec{*p.retaint})) == 0 {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: p.retaint.Key, Effect: p.retaint.Effect})
+	case p.putBack != nil:
+		if len(startuptaint.MatchingTaints(n.Spec.Taints, []startuptaint.TaintSpec{*p.putBack})) == 0 {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: p.putBack.Key, Effect: p.putBack.Effect})
 		}
 	case p.remove:
 		removeTaints(n, p.specs)
