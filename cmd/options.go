@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,10 +109,11 @@ func parseOptions(args []string, getenv func(string) string, usage io.Writer) (*
 			"driver's CSINode entry from the boot before counts only once that socket is of this boot and kubelet has had "+
 			"time to register the driver through it; empty turns that off.")
 	fs.Var(listFlag[string]{items: &o.nodeAgentNamespaces, parse: parseNamespace, sep: ","}, "node-agent-namespaces",
-		"The namespaces whose DaemonSets --node-agents counts, comma-separated; the agent reads DaemonSets and pods there only, "+
-			"and its grant is a Role in each. Name only namespaces where the cluster admin alone creates DaemonSets and pods: "+
-			"anyone who can may hold new nodes. Defaults to kube-system and the agent's own namespace (POD_NAMESPACE), unless that "+
-			"is default, where anyone's pods land.")
+		"The cluster admin's namespaces, comma-separated, where node agents and what they need run: --node-agents counts the "+
+			"DaemonSets there, and while a node is held, the pending pods there that do not tolerate its startup taints are named "+
+			"(UntoleratedStartupTaint). The agent reads DaemonSets and pods there only, and its grant is a Role in each. Name only "+
+			"namespaces where the cluster admin alone creates DaemonSets and pods: anyone who can may hold new nodes. Defaults to "+
+			"kube-system and the agent's own namespace (POD_NAMESPACE), unless that is default, where anyone's pods land.")
 	fs.DurationVar(&o.maxWait, "max-wait", 0,
 		"Remove the startup taints anyway once this long has passed since the Node's creation, or for a taint put back after a "+
 			"reboot since the boot, even if a gate does not pass; 0 (the default) waits forever.")
@@ -204,7 +204,7 @@ func (o *options) validate(explicit map[string]bool) error {
 	} else if err := o.readGroups(explicit); err != nil {
 		return err
 	}
-	if err := o.validateNodeAgentNamespaces(explicit); err != nil {
+	if err := o.validateNodeAgentNamespaces(); err != nil {
 		return err
 	}
 	if err := o.validateServing(); err != nil {
@@ -213,13 +213,9 @@ func (o *options) validate(explicit map[string]bool) error {
 	return o.validateReconciler()
 }
 
-// validateNodeAgentNamespaces refuses --node-agent-namespaces where no group has --node-agents,
-// which would leave it unread, and sets its default.
-func (o *options) validateNodeAgentNamespaces(explicit map[string]bool) error {
-	used := slices.ContainsFunc(o.groups, func(g groupOptions) bool { return g.nodeAgents != "" })
-	if explicit["node-agent-namespaces"] && !used {
-		return errors.New("--node-agent-namespaces: needs --node-agents (in some group of --config)")
-	}
+// validateNodeAgentNamespaces sets --node-agent-namespaces' default. The reconciler reads it with
+// or without --node-agents: it names the pods there that the startup taints keep away.
+func (o *options) validateNodeAgentNamespaces() error {
 	if len(o.nodeAgentNamespaces) == 0 {
 		o.nodeAgentNamespaces = gates.DefaultNodeAgentNamespaces(o.podNamespace)
 	}

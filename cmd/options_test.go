@@ -46,6 +46,8 @@ func TestNodeAgentNamespaces(t *testing.T) {
 		{[]string{"--node-agents=all", "--taint=a.example.com/x"}, map[string]string{"NODE_NAME": "a"}, []string{"kube-system"}},
 		{[]string{"--node-agents=all", "--taint=a.example.com/x", "--node-agent-namespaces=cni, storage"}, map[string]string{"NODE_NAME": "a", "POD_NAMESPACE": "x"},
 			[]string{"cni", "storage"}},
+		// Without the gate, they are where the pods the startup taints keep away are looked for.
+		{[]string{"--csi-address=/csi/csi.sock", "--node-agent-namespaces=calico-system"}, map[string]string{"NODE_NAME": "a"}, []string{"calico-system"}},
 	} {
 		o, err := parseOptions(tt.args, env(tt.env), io.Discard)
 		if err != nil {
@@ -157,8 +159,6 @@ func TestParseOptionsRejectsBadInput(t *testing.T) {
 		{"log level unknown", []string{csi, "--zap-log-level=loud"}, node, "-zap-log-level"},
 		{"node agents' namespace not a name", []string{"--node-agents=all", "--taint=a.example.com/x", "--node-agent-namespaces=kube-system,Tenant_A"}, node,
 			`-node-agent-namespaces: "Tenant_A" is not a namespace name`},
-		{"node agents' namespaces without the gate", []string{csi, "--node-agent-namespaces=storage"}, node,
-			"--node-agent-namespaces: needs --node-agents"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,12 +27,13 @@ type builtGroup struct {
 // anything before its first check, so this touches neither the network nor the driver.
 func (o *options) newReconciler() (*controllers.NodeReconciler, []builtGroup) {
 	r := &controllers.NodeReconciler{
-		NodeName:       o.nodeName,
-		ProbeInterval:  o.probeInterval,
-		MaxWait:        o.maxWait,
-		RetaintAfter:   o.retaintAfter,
-		DryRun:         o.dryRun,
-		ConditionsOnly: o.conditionsOnly,
+		NodeName:            o.nodeName,
+		NodeAgentNamespaces: o.nodeAgentNamespaces,
+		ProbeInterval:       o.probeInterval,
+		MaxWait:             o.maxWait,
+		RetaintAfter:        o.retaintAfter,
+		DryRun:              o.dryRun,
+		ConditionsOnly:      o.conditionsOnly,
 	}
 	built := make([]builtGroup, 0, len(o.groups))
 	for _, g := range o.groups {

@@ -46,7 +46,7 @@ func (r *NodeReconciler) decideRemoval(ctx context.Context, node *corev1.Node, f
 		// Not an error to retry: the prober or a gate's watch triggers the next reconcile,
 		// and the deadline, when there is one, the last.
 		d.waiting, d.firstWait = true, f.g.state.firstWait(notReady)
-		d.requeue = sooner(r.untilDeadline(node, f), notReady.recheck)
+		d.requeue = sooner(sooner(r.untilDeadline(node, f), notReady.recheck), f.keptAway.next)
 		return d
 	}
 	if hold := r.holdFor(f.obs, f.v); hold > 0 {

@@ -53,7 +53,7 @@ func (c *ConfinementCheck) CheckRemoval(ctx context.Context) (node *corev1.Node,
 // of c.conditions() once its gates pass, and returns the API server's refusal (nil when it admitted
 // it).
 func (c *ConfinementCheck) checkCondition(ctx context.Context, node *corev1.Node) (*corev1.Node, error, error) {
-	want := condition(c.conditions()[0], nil)
+	want := condition(c.conditions()[0], nil, untolerated{})
 	want = stamped(want, gates.FindCondition(node.Status.Conditions, want.Type), c.clock().Now())
 	err := writeCondition(ctx, c.client(), node.DeepCopy(), want, client.DryRunAll)
 	switch {

@@ -87,6 +87,7 @@ func (r *NodeReconciler) reportDecision(ctx context.Context, node *corev1.Node, 
 		r.reportCSIDriver(ctx, *p.csiDriver)
 	}
 	r.reportObservation(ctx, node, p.specs, p.startup, p.obs)
+	r.reportUntolerated(ctx, node, p.specs, p.keptAway)
 	if p.waiting {
 		r.reportWaiting(ctx, node, p.v.notReady, p.firstWait)
 	}
@@ -123,6 +124,26 @@ func (r *NodeReconciler) reportObservation(ctx context.Context, node *corev1.Nod
 	if obs.ended {
 		log.FromContext(ctx).V(4).Info("startup taints removed by another writer")
 	}
+}
+
+// reportUntolerated keeps the count of pods the group's startup taints keep away, and warns,
+// once each time the pods change, naming them and the fix (untolerated.go).
+func (r *NodeReconciler) reportUntolerated(ctx context.Context, node *corev1.Node, specs []startuptaint.TaintSpec, keptAway untolerated) {
+	for _, spec := range specs {
+		r.wired.metrics.UntoleratedPods.WithLabelValues(spec.String()).Set(float64(keptAway.total))
+	}
+	if !keptAway.changed || keptAway.total == 0 {
+		return
+	}
+	pods := make([]string, 0, len(keptAway.pods))
+	for _, p := range keptAway.pods {
+		pods = append(pods, p.pod)
+	}
+	note := keptAway.note()
+	log.FromContext(ctx).Info("pending pods do not tolerate the startup taints; if a node agent needs them, the taints never go",
+		"pods", pods, "total", keptAway.total)
+	r.wired.recorder.Eventf(node, nil, corev1.EventTypeWarning, startuptaint.EventReasonUntoleratedStartupTaint, "CheckTolerations",
+		"%s", elide(note, maxNote))
 }
 
 // reportWaiting reports a gate that holds the taint: an event the first time its gate and reason

@@ -129,6 +129,12 @@ func newEpisodeTest(t *testing.T, node *corev1.Node, interceptors ...interceptor
 	for _, f := range interceptors {
 		b = b.WithInterceptorFuncs(f)
 	}
+	return newEpisodeTestOf(t, b)
+}
+
+// newEpisodeTestOf is newEpisodeTest over the client b builds.
+func newEpisodeTestOf(t *testing.T, b *fake.ClientBuilder) *episodeTest {
+	t.Helper()
 	e := &episodeTest{t: t, c: b.Build(), gate: &flipGate{err: errNotReady}}
 	e.r = newTestReconciler(t, e.c, e.gate)
 	e.clock = e.r.Clock.(*clocktesting.FakeClock)

@@ -73,6 +73,12 @@ type NodeReconciler struct {
 	// one patch for all of them.
 	Groups []Group
 
+	// NodeAgentNamespaces are the cluster admin's namespaces where node agents and what they need
+	// run: while a group's gates hold its taints, the pending pods there that do not tolerate them
+	// are named (startuptaint.EventReasonUntoleratedStartupTaint). Nothing is looked for when empty.
+	// The agent needs list on pods in each.
+	NodeAgentNamespaces []string
+
 	// ProbeInterval is how often the probed gates (gates.Probed) are checked; DefaultProbeInterval
 	// when zero.
 	ProbeInterval time.Duration

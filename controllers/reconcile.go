@@ -52,6 +52,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			continue
 		}
 		f := facts{g: g, now: now, observed: found, v: r.check(gctx, node, g, found, now)}
+		f.keptAway = r.lookUntolerated(gctx, node, &f)
 		plans = append(plans, &plan{facts: f, decision: r.decide(gctx, node, &f)})
 	}
 	var res ctrl.Result
@@ -104,6 +105,9 @@ type facts struct {
 	// v is check's: the gates' verdict over time; its notReady is the gate that holds the group's
 	// taints, nil when every gate passes, which is also what the Node condition says.
 	v verdict
+	// keptAway is lookUntolerated's: the pods the group's startup taints keep away while its
+	// gates hold them.
+	keptAway untolerated
 }
 
 // observed is what observe found: the group's taints (specs: its startup taints as configured, and

@@ -20,6 +20,7 @@ import (
 //   - observe: observe (an episode begins with a taint seen, and ends when it goes);
 //   - check: judge (the gates' verdict over time);
 //   - decide: firstWait, firstWouldRemove, firstWouldRetaint (what is said once per episode);
+//   - lookUntolerated: lookDue, recordUntolerated, recordLookFailed, forgetUntolerated;
 //   - publishCondition: recordCondition;
 //   - outcome: recordRemoval (which ends the episode), recordFailure, recordPutBack.
 
@@ -55,6 +56,13 @@ type nodeState struct {
 	// condition is the Node condition this process last wrote, so that a cache which has not seen
 	// the write yet does not cause it twice.
 	condition *corev1.NodeCondition
+
+	// The pods the startup taints keep away (untolerated.go), while the gates hold them: when the
+	// agent last looked, what it found, and whether a look was refused, which is logged once.
+	lookedAt         time.Time
+	untolerated      []untoleratedPod
+	untoleratedTotal int
+	lookRefused      bool
 }
 
 // observe records the Node's taints, as specs select them: one group's. A Node with a new UID
@@ -210,4 +218,48 @@ func (s *nodeState) firstWouldPutBack() bool {
 	first := !s.wouldPutBack
 	s.wouldPutBack = true
 	return first
+}
+
+// lookDue reports whether the pods the startup taints keep away are looked for now: the episode
+// is lookAfter old and the last look as old; else how long until it is.
+func (s *nodeState) lookDue(now time.Time) (bool, time.Duration) {
+	at := s.heldSince.Add(lookAfter)
+	if !s.lookedAt.IsZero() {
+		at = maxTime(at, s.lookedAt.Add(lookAfter))
+	}
+	if wait := at.Sub(now); wait > 0 {
+		return false, wait
+	}
+	return true, 0
+}
+
+// untoleratedFound returns the last look's findings, unchanged.
+func (s *nodeState) untoleratedFound() untolerated {
+	return untolerated{pods: s.untolerated, total: s.untoleratedTotal}
+}
+
+// recordUntolerated records a look's findings at now, and returns them, changed when they differ
+// from the last.
+func (s *nodeState) recordUntolerated(pods []untoleratedPod, total int, now time.Time) untolerated {
+	changed := total != s.untoleratedTotal || !slices.Equal(pods, s.untolerated)
+	s.lookedAt, s.untolerated, s.untoleratedTotal = now, pods, total
+	return untolerated{pods: pods, total: total, changed: changed}
+}
+
+// recordLookFailed records a look that failed at now: the next is a lookAfter later.
+func (s *nodeState) recordLookFailed(now time.Time) {
+	s.lookedAt = now
+}
+
+// firstLookRefused reports whether this is the first refused look of this process.
+func (s *nodeState) firstLookRefused() bool {
+	first := !s.lookRefused
+	s.lookRefused = true
+	return first
+}
+
+// forgetUntolerated forgets the looks once the gates pass or the taints go: a later hold looks
+// afresh, a minute into it.
+func (s *nodeState) forgetUntolerated() {
+	s.lookedAt, s.untolerated, s.untoleratedTotal = time.Time{}, nil, 0
 }

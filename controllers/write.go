@@ -230,7 +230,7 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 	if g.ConditionType == "" || r.DryRun || notReady != nil && notReady.reason == gates.ReasonNotProbed {
 		return published{}, nil
 	}
-	want := condition(g.ConditionType, notReady)
+	want := condition(g.ConditionType, notReady, f.keptAway)
 	current := gates.FindCondition(node.Status.Conditions, want.Type)
 	if sameCondition(current, &want) || g.state.conditionWritten(&want) {
 		return published{}, nil
@@ -247,8 +247,9 @@ func (r *NodeReconciler) publishCondition(ctx context.Context, node *corev1.Node
 	return published{condition: &want}, nil
 }
 
-// condition is the verdict as a condition of type t, without its times.
-func condition(t string, notReady *gateError) corev1.NodeCondition {
+// condition is the verdict as a condition of type t, without its times; with the pods the startup
+// taints keep away, when there are any.
+func condition(t string, notReady *gateError, keptAway untolerated) corev1.NodeCondition {
 	c := corev1.NodeCondition{Type: corev1.NodeConditionType(t)}
 	if notReady == nil {
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ConditionReasonGatesPass, "Every readiness gate passes"
@@ -258,6 +259,9 @@ func condition(t string, notReady *gateError) corev1.NodeCondition {
 	// every probe does not cause a write.
 	c.Status, c.Reason = corev1.ConditionFalse, notReady.title
 	msg := fmt.Sprintf("The %s gate does not pass: %s", notReady.gate, strings.ReplaceAll(notReady.reason, "_", " "))
+	if keptAway.total > 0 {
+		msg += ". " + keptAway.note()
+	}
 	c.Message = elide(msg, maxConditionMessage)
 	return c
 }

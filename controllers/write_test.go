@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -321,7 +322,9 @@ func TestConditionType(t *testing.T) {
 }
 
 func TestTheConditionMessageStaysWithinThePolicysBound(t *testing.T) {
-	c := condition("example.com/AgentReady", &gateError{gate: strings.Repeat("g", 2000), reason: gates.ReasonNotReady})
+	long := untoleratedPod{pod: "kube-system/" + strings.Repeat("p", 253), owner: "Deployment kube-system/" + strings.Repeat("d", 253), taint: "t"}
+	keptAway := untolerated{pods: slices.Repeat([]untoleratedPod{long}, maxUntolerated), total: 9}
+	c := condition("example.com/AgentReady", &gateError{gate: strings.Repeat("g", 2000), reason: gates.ReasonNotReady}, keptAway)
 	if len(c.Message) > maxConditionMessage || !strings.HasPrefix(c.Message, "The ggg") {
 		t.Errorf("message of %d bytes %.40q..., want at most %d, its start kept", len(c.Message), c.Message, maxConditionMessage)
 	}

@@ -29,6 +29,11 @@ const (
 	// EventReasonBootRecordFull warns that the boot record (BootAnnotation) is behind and this
 	// boot's entries would take it beyond its bounds, so the agent leaves it as it is.
 	EventReasonBootRecordFull = "BootRecordFull"
+	// EventReasonUntoleratedStartupTaint warns that pending pods in the node agents' namespaces,
+	// which a node agent may need, cannot be placed on any node that carries a group's startup
+	// taint, because they do not tolerate it: on a new node pool that is every node, so the agent
+	// may never become ready, and the taint never go.
+	EventReasonUntoleratedStartupTaint = "UntoleratedStartupTaint"
 )
 
 // Event reasons of the confinement check: EventReasonNotConfined when no admission policy judges

@@ -79,6 +79,9 @@ type Metrics struct {
 	MissingAtRegistration *prometheus.GaugeVec
 	// CSIDriverPreventsScheduling is 1 when the driver's CSIDriver sets preventPodSchedulingIfMissing.
 	CSIDriverPreventsScheduling *prometheus.GaugeVec
+	// UntoleratedPods is how many pending pods in the node agents' namespaces the startup taint's
+	// group keeps away from this node, for want of a toleration.
+	UntoleratedPods *prometheus.GaugeVec
 }
 
 // New makes the collectors and registers each into reg. A collector reg already holds (another
@@ -160,6 +163,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "1 when the CSIDriver of the driver this agent serves sets preventPodSchedulingIfMissing, so that the scheduler " +
 			"itself keeps pods with its PVC-backed volumes off the node until CSINode lists it; 0 when it does not, or there is none.",
 	}, []string{"driver"}))
+	m.UntoleratedPods = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "startup_taint_untolerated_pods",
+		Help: "Pending pods in the node agents' namespaces, found unschedulable, that could run on this node but for a startup " +
+			"taint of this taint's group, which they do not tolerate: while the gates have held the taints for a minute, looked " +
+			"for once a minute; 0 otherwise. A node agent that needs one never becomes ready on a node pool that carries the taint.",
+	}, []string{labelTaint}))
 	return m
 }
 
