@@ -63,6 +63,8 @@ type nodeState struct {
 	untolerated      []untoleratedPod
 	untoleratedTotal int
 	lookRefused      bool
+	// untoleratedSaid is when the pods were last reported.
+	untoleratedSaid time.Time
 }
 
 // observe records the Node's taints, as specs select them: one group's. A Node with a new UID
@@ -239,10 +241,13 @@ func (s *nodeState) untoleratedFound() untolerated {
 }
 
 // recordUntolerated records a look's findings at now, and returns them, changed when they differ
-// from the last.
+// from the last, or when pods found have not been reported for sayAgainAfter.
 func (s *nodeState) recordUntolerated(pods []untoleratedPod, total int, now time.Time) untolerated {
-	changed := total != s.untoleratedTotal || !slices.Equal(pods, s.untolerated)
+	changed := total != s.untoleratedTotal || !slices.Equal(pods, s.untolerated) || total > 0 && now.Sub(s.untoleratedSaid) >= sayAgainAfter
 	s.lookedAt, s.untolerated, s.untoleratedTotal = now, pods, total
+	if changed && total > 0 {
+		s.untoleratedSaid = now
+	}
 	return untolerated{pods: pods, total: total, changed: changed}
 }
 
@@ -261,5 +266,5 @@ func (s *nodeState) firstLookRefused() bool {
 // forgetUntolerated forgets the looks once the gates pass or the taints go: a later hold looks
 // afresh, a minute into it.
 func (s *nodeState) forgetUntolerated() {
-	s.lookedAt, s.untolerated, s.untoleratedTotal = time.Time{}, nil, 0
+	s.lookedAt, s.untolerated, s.untoleratedTotal, s.untoleratedSaid = time.Time{}, nil, 0, time.Time{}
 }

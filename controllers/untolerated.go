@@ -34,6 +34,10 @@ import (
 // node costs at most one list per namespace a minute.
 const lookAfter = time.Minute
 
+// sayAgainAfter is how long the same pods go unreported: the event is sent again then, so that it
+// outlives the API server's one-hour expiry of events while the node stays held.
+const sayAgainAfter = 30 * time.Minute
+
 // maxUntolerated is how many pods a report names; it says how many more there are.
 const maxUntolerated = 5
 
@@ -56,8 +60,8 @@ func (u untoleratedPod) String() string {
 type untolerated struct {
 	pods  []untoleratedPod
 	total int
-	// changed is set when the pods differ from the last look's, so the event is sent once per
-	// change, not once a minute.
+	// changed is set when the pods differ from the last look's, or have gone unsaid for
+	// sayAgainAfter, so the event is sent once per change, not once a minute.
 	changed bool
 	next    time.Duration
 }

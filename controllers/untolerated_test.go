@@ -153,8 +153,17 @@ func TestUntoleratedPodsAreReportedOncePerChange(t *testing.T) {
 	e.clock.Step(lookAfter)
 	e.reconcile()
 	expectEvents(t, e.events(), "kube-system/a, kube-system/b cannot run")
-	if n := lists.Load(); n != 2 {
-		t.Errorf("%d lists in two looks, want 2", n)
+	// Said again once it has gone unsaid for half an hour, before the event expires.
+	for range sayAgainAfter/lookAfter - 1 {
+		e.clock.Step(lookAfter)
+		e.reconcile()
+	}
+	expectEvents(t, e.events())
+	e.clock.Step(lookAfter)
+	e.reconcile()
+	expectEvents(t, e.events(), "kube-system/a, kube-system/b cannot run")
+	if n, looks := lists.Load(), int32(2+sayAgainAfter/lookAfter); n != looks {
+		t.Errorf("%d lists in %d looks, want as many", n, looks)
 	}
 
 	ready, readyLists := untoleratedTest(t, pendingPod("kube-system", "a", nil))

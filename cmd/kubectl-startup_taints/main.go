@@ -41,10 +41,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&o.selector, "selector", "l", "", "Only Nodes with these labels (a label selector).")
 	fs.StringVarP(&output, "output", "o", "", "Output format: wide or json.")
 	fs.Int64Var(&o.chunk, "chunk-size", 500, "List Nodes, events and ClusterRoles this many at a time.")
+	var namespaces []string
+	fs.StringSliceVar(&namespaces, "namespaces", nil, "With tolerations: the namespaces whose workloads to check, comma-separated; "+
+		"kube-system and each install's own when empty.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			fs.SetOutput(stdout)
-			_, _ = fmt.Fprintln(stdout, "Usage: kubectl startup-taints [--all] [-l SELECTOR] [-o wide|json] [kubectl's connection flags]")
+			_, _ = fmt.Fprintln(stdout, "Usage: kubectl startup-taints [--all] [-l SELECTOR] [-o wide|json] [kubectl's connection flags]\n"+
+				"       kubectl startup-taints tolerations [--namespaces NS,...] [kubectl's connection flags]\n"+
+				"tolerations lists the workloads whose pods could not run on a node that carries the startup taints, and the fix; "+
+				"it exits with status 1 when it lists any.")
 			fs.PrintDefaults()
 			return 0
 		}
@@ -58,8 +64,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case o.chunk <= 0:
 		_, _ = fmt.Fprintf(stderr, "error: --chunk-size: %d is not positive\n", o.chunk)
 		return exitUsage
-	case fs.NArg() > 0:
-		_, _ = fmt.Fprintf(stderr, "error: unexpected argument %q\n", fs.Arg(0))
+	case fs.NArg() > 1 || fs.NArg() == 1 && fs.Arg(0) != "tolerations":
+		_, _ = fmt.Fprintf(stderr, "error: unexpected argument %q\n", fs.Arg(fs.NArg()-1))
+		return exitUsage
+	case fs.NArg() == 0 && len(namespaces) > 0:
+		_, _ = fmt.Fprintln(stderr, "error: --namespaces: only with tolerations")
+		return exitUsage
+	case fs.NArg() == 1 && (o.all || o.selector != "" || output != ""):
+		_, _ = fmt.Fprintln(stderr, "error: tolerations takes neither --all, --selector nor --output")
 		return exitUsage
 	}
 	restConfig, err := config.ToRESTConfig()
@@ -71,6 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "error:", err)
 		return exitUsage
+	}
+	if fs.NArg() == 1 {
+		return tolerations(ctx, c, namespaces, o.chunk, stdout, stderr)
 	}
 	if err := list(ctx, c, o, output, stdout); err != nil {
 		_, _ = fmt.Fprintln(stderr, "error:", err)
@@ -100,4 +115,25 @@ func list(ctx context.Context, c kubernetes.Interface, o options, output string,
 		return err
 	}
 	return printReport(w, rows, nodes, drivers(ctx, c, installs), output, time.Now())
+}
+
+// tolerations runs `kubectl startup-taints tolerations` and returns its exit status: 1 when it
+// lists a workload, as when it fails, so that it can gate a pipeline.
+func tolerations(ctx context.Context, c kubernetes.Interface, namespaces []string, chunk int64, stdout, stderr io.Writer) int {
+	installs, err := findInstalls(ctx, c, chunk)
+	if err == nil && len(installs) == 0 {
+		err = errors.New("no install of the startup-taint-remover in this cluster, so no startup taints to check against")
+	}
+	listed := 0
+	if err == nil {
+		listed, err = checkTolerations(ctx, c, installs, namespaces, chunk, stdout)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	if listed > 0 {
+		return 1
+	}
+	return 0
 }

@@ -65,12 +65,43 @@ func printReport(w io.Writer, rows []Row, nodes int, drivers []Driver, format st
 	if _, err := fmt.Fprintln(w, summary(rows, nodes, now)); err != nil {
 		return err
 	}
+	for _, line := range keptAwayLines(rows) {
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
 	for _, d := range drivers {
 		if _, err := fmt.Fprintln(w, driverLine(d)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// keptAwayLines are a line per distinct note of the pods held taints keep away
+// (UntoleratedStartupTaint), with the nodes that report it: on a new node pool, every node does.
+func keptAwayLines(rows []Row) []string {
+	nodes := map[string][]string{}
+	var notes []string
+	for _, r := range rows {
+		if r.KeptAway == "" || slices.Contains(nodes[r.KeptAway], r.Node) {
+			continue
+		}
+		if nodes[r.KeptAway] == nil {
+			notes = append(notes, r.KeptAway)
+		}
+		nodes[r.KeptAway] = append(nodes[r.KeptAway], r.Node)
+	}
+	lines := make([]string, 0, len(notes))
+	for _, note := range notes {
+		names := nodes[note]
+		shown := strings.Join(names[:min(len(names), 3)], ", ")
+		if len(names) > 3 {
+			shown += fmt.Sprintf(" and %d more", len(names)-3)
+		}
+		lines = append(lines, fmt.Sprintf("Kept away on %d node(s) (%s): %s", len(names), shown, note))
+	}
+	return lines
 }
 
 // since is how long ago t was, as kubectl prints ages.

@@ -64,6 +64,9 @@ type Row struct {
 	Detail string `json:"detail,omitempty"`
 	// Install is the ClusterRole of the install whose taint it is.
 	Install string `json:"install"`
+	// KeptAway names the pending pods the agent found that the held taint keeps away, and the fix:
+	// its last UntoleratedStartupTaint event's note.
+	KeptAway string `json:"keptAway,omitempty"`
 }
 
 // options are what the command line asks for.
@@ -176,6 +179,9 @@ func nodeRows(node *corev1.Node, installs []install, events nodeEvents, all bool
 			}
 			for _, t := range held {
 				r := Row{Node: node.Name, Taint: t.ToString(), State: StateHeld, Gate: gate, Detail: detail, Install: in.name}
+				if e, ok := events[startuptaint.EventReasonUntoleratedStartupTaint]; ok {
+					r.KeptAway = e.Message
+				}
 				put, putBack := events[startuptaint.EventReasonTaintAddedBack]
 				switch {
 				case in.retaint[spec] || putBack && slices.Contains(removed, spec.String()):

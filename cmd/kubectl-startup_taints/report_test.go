@@ -4,6 +4,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,34 @@ func TestAHeldNodeNamesTheDaemonSetsThatHoldIt(t *testing.T) {
 	rows := nodeRows(node, []install{in}, events, false)
 	if len(rows) != 1 || rows[0].State != StateHeld || rows[0].Gate != "daemonsets" || rows[0].Detail != note {
 		t.Fatalf("rows %+v, want the daemonsets gate and its note", rows)
+	}
+}
+
+// Nodes whose agents name the pods the taint keeps away show the note once, with the nodes that
+// report it: on a new node pool, every node reports the same pods.
+func TestTheListSaysOnceWhichPodsTheTaintKeepsAway(t *testing.T) {
+	in := install{name: "cni", specs: []startuptaint.TaintSpec{{Key: "example.com/cni-not-ready"}}}
+	const note = "Pending pods kube-system/typha-5f7c9-x2k (Deployment kube-system/typha) cannot run on any node that carries " +
+		"the startup taint example.com/cni-not-ready"
+	var rows []Row
+	for _, name := range []string{"n1", "n2", "n3", "n4", "n5"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/cni-not-ready", Effect: "NoSchedule"}}}}
+		events := nodeEvents{startuptaint.EventReasonUntoleratedStartupTaint: {Reason: startuptaint.EventReasonUntoleratedStartupTaint, Message: note}}
+		if name == "n5" {
+			events = nil
+		}
+		rows = append(rows, nodeRows(node, []install{in}, events, false)...)
+	}
+	if rows[0].KeptAway != note || rows[4].KeptAway != "" {
+		t.Fatalf("rows %+v, want the note on the nodes that reported it", rows)
+	}
+	var out strings.Builder
+	if err := printReport(&out, rows, 5, nil, outputTable, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := "Kept away on 4 node(s) (n1, n2, n3 and 1 more): " + note + "\n"
+	if strings.Count(out.String(), "Kept away") != 1 || !strings.Contains(out.String(), want) {
+		t.Errorf("printed\n%s\nwant the line %q once", out.String(), want)
 	}
 }

@@ -266,6 +266,39 @@ func TestTheCrashPolicyComesWhereItIsServed(t *testing.T) {
 	}
 }
 
+// The toleration policies come, with the install's taints written in, wherever MutatingAdmissionPolicy
+// v1 is served, conditions-only mode included (they touch pods, never a Node), unless
+// tolerateStartupTaints is false.
+func TestTheTolerationPoliciesComeWhereTheyAreServed(t *testing.T) {
+	for _, tc := range []struct {
+		kube string
+		sets []string
+		want bool
+	}{
+		{KubeVersion, nil, true},
+		{"v1.36.0", nil, true},
+		{"v1.35.4", nil, false},
+		{KubeVersion, []string{"conditionsOnly=true", "conditionType=example.com/Ready"}, true},
+		{KubeVersion, []string{"tolerateStartupTaints=false"}, false},
+	} {
+		out, err := TemplateFor(tc.kube, chartDir, "str", "kube-system", nil, tc.sets)
+		if err != nil {
+			t.Fatalf("%s %v: %v", tc.kube, tc.sets, err)
+		}
+		for _, kind := range []string{"pods", "daemonsets"} {
+			name := "str-startup-taint-remover-tolerate-startup-taints-" + kind
+			has := strings.Contains(out, "  name: "+name+"\nspec:\n  failurePolicy: Ignore\n")
+			bound := strings.Contains(out, "  policyName: "+name+"\n")
+			if has != tc.want || bound != tc.want {
+				t.Errorf("%s %v: the %s policy rendered %v, bound %v; want %v", tc.kube, tc.sets, kind, has, bound, tc.want)
+			}
+		}
+		if tc.want && !strings.Contains(out, "- expression: '''ebs.csi.aws.com/agent-not-ready'''\n    name: taintList\n") {
+			t.Errorf("%s: the policies' taints are not written in", tc.kube)
+		}
+	}
+}
+
 func TestPackageWritesAVersionedArchivePointingAtTheReleasedImage(t *testing.T) {
 	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, tt := range []struct{ digest, image string }{

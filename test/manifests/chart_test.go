@@ -187,11 +187,13 @@ var _ = Describe("the Helm chart and the kustomize tree", Label(testkit.RenderOn
 		Expect(layoutFree(chartRules.Object["spec"])).To(Equal(layoutFree(kustomizeRules[0].Object["spec"])))
 		Expect(layoutFree(chartRules.Object["spec"])).To(ContainSubstring("startup_taint_removal_refused"))
 
-		By("the crash policy, which the chart adds where it is served and a kustomize install with its component")
+		By("the crash and toleration policies, which the chart adds where they are served and a kustomize install with their components")
 		if testkit.ServesMinor(startuptaint.TaintAtRegistrationMinor) {
 			withCrash := render("testdata/crash-overlay")
-			Expect(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](charted, "MutatingAdmissionPolicy", "-taint-after-crash").Spec)).
-				To(Equal(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](withCrash, "MutatingAdmissionPolicy", "taint-after-crash").Spec)))
+			for _, policy := range []string{"taint-after-crash", "tolerate-startup-taints-pods", "tolerate-startup-taints-daemonsets"} {
+				Expect(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](charted, "MutatingAdmissionPolicy", "-"+policy).Spec)).
+					To(Equal(layoutFree(suffixed[admissionv1.MutatingAdmissionPolicy](withCrash, "MutatingAdmissionPolicy", policy).Spec)), policy)
+			}
 			// Each binding names its own render's DaemonSet, the agent's, which the policy reads.
 			for _, objs := range [][]*unstructured.Unstructured{charted, withCrash} {
 				ds := only[appsv1.DaemonSet](objs, "DaemonSet")

@@ -92,7 +92,7 @@ var _ = Describe("the startup taint after a crash reboot", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		objs = release.render(chartDir)
-		Expect(only[admissionv1.MutatingAdmissionPolicy](objs, "MutatingAdmissionPolicy")).To(HaveLen(1), "the chart adds it on this minor")
+		Expect(suffixed[admissionv1.MutatingAdmissionPolicy](objs, "MutatingAdmissionPolicy", "-taint-after-crash")).NotTo(BeNil(), "the chart adds it on this minor")
 		a = agentOf(objs)
 		applyUntilDone(ctx, objs)
 		// The API server picks a new policy up shortly after it is created.

@@ -44,10 +44,11 @@ var registrationInstalls = []install{
 // registrationBinding is the one MutatingAdmissionPolicyBinding of objs, or nil.
 func registrationBinding(objs []*unstructured.Unstructured) *admissionv1.MutatingAdmissionPolicyBinding {
 	GinkgoHelper()
-	// The crash policy's binding selects every Node: its policy adds only where the agent recorded a boot.
+	// The crash policy's binding selects every Node: its policy adds only where the agent recorded a
+	// boot. The toleration policies' touch pods and DaemonSets, never a Node.
 	bindings := slices.DeleteFunc(only[admissionv1.MutatingAdmissionPolicyBinding](objs, "MutatingAdmissionPolicyBinding"),
 		func(b *admissionv1.MutatingAdmissionPolicyBinding) bool {
-			return strings.HasSuffix(b.Name, "taint-after-crash")
+			return strings.HasSuffix(b.Name, "taint-after-crash") || strings.Contains(b.Name, "tolerate-startup-taints")
 		})
 	Expect(len(bindings)).To(BeNumerically("<=", 1))
 	if len(bindings) == 0 {
