@@ -232,7 +232,7 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix
 
 .PHONY: bench
-bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet, pods by removal strategy, pods after a reboot, the kubectl plugin on 5,000 Nodes, every node agent of a booting fleet and the memory a tenant's objects cost; writes docs/bench/.
+bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet, pods by removal strategy, pods after a reboot, the kubectl plugin on 5,000 Nodes, every node agent of a booting fleet, the memory a tenant's objects cost and a cold start whose node agent needs a pod that does not tolerate the taint; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
 	go build -o bin/bench-floor ./test/bench/floor
 	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench

@@ -4,8 +4,10 @@
 package startuptaint
 
 import (
+	"strconv"
+
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 )
 
 // TolerateLabel on a namespace asks the tolerate-startup-taints admission policy to make the pods
@@ -39,15 +41,48 @@ func Untolerated(tolerations []corev1.Toleration, taints []corev1.Taint) []corev
 	return out
 }
 
-// tolerates reports whether one of tolerations tolerates taint. The comparison operators (Gt, Lt)
-// are matched as the scheduler matches them where its feature is on.
+// tolerates reports whether one of tolerations tolerates taint, as Toleration.ToleratesTaint
+// decides, the comparison operators (Gt, Lt) included, written out here so that this package needs
+// no logger: an empty effect or key matches every effect or key (the key only with Exists), Equal
+// (or none) matches the value, and Gt and Lt compare the taint's value with the toleration's as
+// integers.
 func tolerates(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
-	for i := range tolerations {
-		if tolerations[i].ToleratesTaint(klog.Background(), taint, true) {
+	for _, t := range tolerations {
+		if t.Effect != "" && t.Effect != taint.Effect || t.Key != "" && t.Key != taint.Key {
+			continue
+		}
+		switch t.Operator {
+		case "", corev1.TolerationOpEqual:
+			if t.Value == taint.Value {
+				return true
+			}
+		case corev1.TolerationOpExists:
 			return true
+		case corev1.TolerationOpGt, corev1.TolerationOpLt:
+			if compares(t.Operator, taint.Value, t.Value) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// compares reports whether the taint's value is greater (Gt) or less (Lt) than the toleration's,
+// both read as decimal integers as the API server validates them; a value that is not one compares
+// as neither.
+func compares(op corev1.TolerationOperator, taintValue, tolerationValue string) bool {
+	if len(content.IsDecimalInteger(taintValue)) > 0 || len(content.IsDecimalInteger(tolerationValue)) > 0 {
+		return false
+	}
+	a, errA := strconv.ParseInt(taintValue, 10, 64)
+	b, errB := strconv.ParseInt(tolerationValue, 10, 64)
+	if errA != nil || errB != nil {
+		return false
+	}
+	if op == corev1.TolerationOpGt {
+		return a > b
+	}
+	return a < b
 }
 
 // Taints returns specs as taints, each with its spec's key and effect.

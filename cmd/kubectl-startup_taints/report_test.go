@@ -110,8 +110,9 @@ func TestTheListSaysOnceWhichPodsTheTaintKeepsAway(t *testing.T) {
 	in := install{name: "cni", specs: []startuptaint.TaintSpec{{Key: "example.com/cni-not-ready"}}}
 	const note = "Pending pods kube-system/typha-5f7c9-x2k (Deployment kube-system/typha) cannot run on any node that carries " +
 		"the startup taint example.com/cni-not-ready"
-	var rows []Row
-	for _, name := range []string{"n1", "n2", "n3", "n4", "n5"} {
+	names := []string{"n1", "n2", "n3", "n4", "n5"}
+	rows := make([]Row, 0, len(names))
+	for _, name := range names {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "example.com/cni-not-ready", Effect: "NoSchedule"}}}}
 		events := nodeEvents{startuptaint.EventReasonUntoleratedStartupTaint: {Reason: startuptaint.EventReasonUntoleratedStartupTaint, Message: note}}

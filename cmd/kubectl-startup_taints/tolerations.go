@@ -38,7 +38,7 @@ func checkTolerations(ctx context.Context, c kubernetes.Interface, installs []in
 	if len(namespaces) == 0 {
 		namespaces = installNamespaces(ctx, c, installs, chunk)
 	}
-	var taints []corev1.Taint
+	taints := make([]corev1.Taint, 0, len(installs))
 	for _, in := range installs {
 		taints = append(taints, startuptaint.Taints(in.specs)...)
 	}

@@ -42,6 +42,8 @@ type counter struct {
 	mu      sync.Mutex
 	byVerb  map[string]int64
 	patches []time.Duration
+	// podLists counts the lists of pods.
+	podLists int64
 }
 
 func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -57,6 +59,9 @@ func (c *counter) wrap(rt http.RoundTripper) http.RoundTripper {
 		resp, err := rt.RoundTrip(req)
 		c.mu.Lock()
 		c.byVerb[verb]++
+		if verb == "list" && strings.HasSuffix(req.URL.Path, "/pods") {
+			c.podLists++
+		}
 		if verb == "patch" {
 			c.patches = append(c.patches, time.Since(start))
 		}
@@ -82,11 +87,14 @@ func collection(path string) bool {
 // inProcessAgent builds node's agent with group in this process, with the binary's own manager
 // options and a client of its own, with its own connections, as a pod would; cnt counts its
 // requests.
-func inProcessAgent(e *env, cnt *counter, node string, group controllers.Group) (ctrl.Manager, error) {
+func inProcessAgent(e *env, cnt *counter, node string, group controllers.Group, configure ...func(*controllers.NodeReconciler)) (ctrl.Manager, error) {
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.QPS, cfg.Burst = 0, 0
 	cfg.WrapTransport = cnt.wrap
 	r := &controllers.NodeReconciler{NodeName: node, Groups: []controllers.Group{group}}
+	for _, c := range configure {
+		c(r)
+	}
 	mgr, err := ctrl.NewManager(cfg, testkit.InProcess(r.ManagerOptions()))
 	if err != nil {
 		return nil, err

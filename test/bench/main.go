@@ -75,6 +75,7 @@ type benchConfig struct {
 	// nodeAgentsFleets are how many nodes boot together in the node-agents scenario, each size in turn,
 	// with daemonSets node agents.
 	nodeAgentsFleets []int
+	coldStartFleets  []int
 	daemonSets       int
 }
 
@@ -126,19 +127,20 @@ func main() {
 	flag.IntVar(&c.pluginNodes, "plugin-nodes", 5000, "Nodes in the cluster the kubectl plugin lists")
 	nodeAgentsFleets := flag.String("node-agents-nodes", "10,100", "nodes booting together in the node-agents scenario, each size in turn")
 	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the node-agents scenario")
+	coldFleets := flag.String("cold-start-nodes", "10,100", "nodes starting cold together in the cold-start scenario, each size in turn")
 	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it "+
 		"(with \" (graceful shutdown)\" after it for a reboot through kubelet's graceful shutdown, \" (short reboot)\" for one within the grace period)")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants",
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants,cold-start",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
-			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md; all by default")
+			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md, cold-start writes cold-start.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents", "tenants":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents", "tenants", "cold-start":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents, tenants\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents, tenants, cold-start\n", s)
 			os.Exit(2)
 		}
 	}
@@ -149,6 +151,7 @@ func main() {
 	c.sizes = positives("--sizes", sizes)
 	c.workloadFleets = positives("--workload-nodes", *fleets)
 	c.nodeAgentsFleets = positives("--node-agents-nodes", *nodeAgentsFleets)
+	c.coldStartFleets = positives("--cold-start-nodes", *coldFleets)
 	if c.daemonSets < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --daemonsets: must be positive")
 		os.Exit(2)
@@ -289,6 +292,11 @@ func run(c benchConfig) error {
 		md := nodeAgentsMarkdown(rs, c.daemonSets, machine(), time.Since(astart))
 		fmt.Println(md)
 		if err := os.WriteFile(filepath.Join(c.out, "node-agents.md"), []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["cold-start"] {
+		if err := coldStart(ctx, e, c); err != nil {
 			return err
 		}
 	}

@@ -98,7 +98,7 @@ func waitingNotes(ctx context.Context, node string) func(Gomega) string {
 
 var _ = Describe("every node agent, no configuration, with the real DaemonSet controller, scheduler and kubelet", Serial, Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
-		cp, err := workload.StartControlPlane(kubeconfig, io.Discard, "daemonset-controller")
+		cp, err := workload.StartControlPlane(kubeconfig, io.Discard, "daemonset-controller", "deployment-controller", "replicaset-controller")
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(cp.Stop)
 		csiDriver := workload.CSIDriver(driverName)
@@ -176,6 +176,66 @@ var _ = Describe("every node agent, no configuration, with the real DaemonSet co
 		Entry("every node agent, no configuration: and kubelet lists the driver; no mount fails", false),
 		Entry("pod readiness only, as a central controller decides: the mounts of pods that land before the driver is registered fail", true),
 	)
+
+	// A cold start: every node registers with the taint, and the CNI agent turns Ready only once its
+	// Typha, a Deployment, runs somewhere. Typha does not tolerate the taint; its namespace, labelled,
+	// makes its pod tolerate it (config/components/tolerate-startup-taints), so it runs on a tainted
+	// node, the agents turn Ready and every node is released, with no mount failed. Without the
+	// label no node would ever be: make bench's cold start measures how soon the agent names Typha.
+	It("on a cold start, releases every node once the agents' dependency tolerates the taint in a labelled namespace", func(ctx SpecContext) {
+		remove, err := workload.InstallTolerationPolicies(ctx, k8sClient, agentsTaint.Key+":"+string(agentsTaint.Effect))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) { Expect(remove(ctx)).To(Succeed()) })
+		label := func(ctx context.Context, labelled bool) {
+			GinkgoHelper()
+			ns := &corev1.Namespace{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Name: agentsNamespace}, ns)).To(Succeed())
+			orig := ns.DeepCopy()
+			if labelled {
+				ns.Labels = map[string]string{startuptaint.TolerateLabel: "true"}
+			} else {
+				delete(ns.Labels, startuptaint.TolerateLabel)
+			}
+			Expect(k8sClient.Patch(ctx, ns, client.MergeFrom(orig))).To(Succeed())
+		}
+		label(ctx, true)
+		DeferCleanup(func(ctx SpecContext) { label(ctx, false) })
+		// The API server applies a new policy a moment after it is created.
+		Eventually(func(g Gomega) {
+			probe := workload.Pod(agentsNamespace, "tolerate-probe", "nowhere", driverName)
+			g.Expect(k8sClient.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+			g.Expect(probe.Spec.Tolerations).To(ContainElement(HaveField("Key", agentsTaint.Key)))
+		}).Should(Succeed())
+
+		typha := workload.Deployment(agentsNamespace, "typha")
+		Expect(k8sClient.Create(ctx, typha)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, typha, client.PropagationPolicy(metav1.DeletePropagationBackground)))).To(Succeed())
+		})
+		cni := createAgent(ctx, workload.Agent(agentsNamespace, "calico-node", &agentsTaint, true))
+		csi := createAgent(ctx, workload.CSIAgent(agentsNamespace, "csi", driverName, &agentsTaint))
+		const pods = 2
+		nodes := map[string]*agentsNode{}
+		for _, name := range []string{"e2e-cold-1", "e2e-cold-2"} {
+			nodes[name] = startAgentsNode(ctx, name, pods)
+		}
+
+		By("Typha, given the toleration, runs on a tainted node")
+		Eventually(func() ([]string, error) { return workload.RunningOn(ctx, k8sClient, typha) }, time.Minute).ShouldNot(BeEmpty())
+		By("the CNI agents turn Ready, as calico-node once Typha answers, and the registrars register the driver")
+		for name, n := range nodes {
+			Eventually(agentPodState(ctx, csi, name), time.Minute).Should(Equal("Ready"))
+			Eventually(agentPodState(ctx, cni, name), time.Minute).Should(Equal("not Ready"))
+			Expect(workload.SetAgentReady(ctx, k8sClient, cni, name)).To(Succeed())
+			register(n.kubelet, n.driver)
+		}
+		for name, n := range nodes {
+			Eventually(hasTaint(ctx, k8sClient, name, agentsTaint.Key), time.Minute, 10*time.Millisecond).Should(BeFalse(), "%s released", name)
+			Eventually(func() int { return len(n.driver.Published()) }, 2*time.Minute, 100*time.Millisecond).Should(BeNumerically(">=", pods))
+			failed, examples := n.failures.Count()
+			Expect(failed).To(BeZero(), "%s: failed mounts: %v", name, examples)
+		}
+	})
 
 	// A tenant who may only create pods, in its own namespace, binds a Ready pod to the node whose
 	// controller reference names a node agent's DaemonSet by name and UID.

@@ -82,3 +82,28 @@ func SetAgentReady(ctx context.Context, c client.Client, ds *appsv1.DaemonSet, n
 	// A strategic merge adds the one condition, whatever kubelet writes meanwhile.
 	return c.Status().Patch(ctx, pod, client.StrategicMergeFrom(orig))
 }
+
+// Deployment is what a node agent needs before it turns Ready, as calico-node needs its Typha: one
+// replica in namespace, with no toleration of its own.
+func Deployment(namespace, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "example.com/" + name}}}}}}
+}
+
+// RunningOn returns the nodes where a pod of d runs.
+func RunningOn(ctx context.Context, c client.Reader, d *appsv1.Deployment) ([]string, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+	}
+	return nodes, nil
+}

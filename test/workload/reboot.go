@@ -5,7 +5,6 @@ package workload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,16 +159,17 @@ func WatchReturn(ctx context.Context, c client.Reader, node, key string, since t
 	return out
 }
 
-// crashPolicyFile is config/components/taint-after-crash's policy, found from the working
-// directory up, so that the tests (in their package's directory) and the benchmark (at the
-// repository's root) read it, in binaries built with -trimpath too, which know no source path.
-func crashPolicyFile() (string, error) {
+// componentFile is a file of config/components, found from the working directory up, so that the
+// tests (in their package's directory) and the benchmark (at the repository's root) read it, in
+// binaries built with -trimpath too, which know no source path.
+func componentFile(component, name string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	rel := filepath.Join("config", "components", component, name)
 	for {
-		path := filepath.Join(dir, "config", "components", "taint-after-crash", "policy.yaml")
+		path := filepath.Join(dir, rel)
 		if _, err := os.Stat(path); err == nil {
 			return path, nil
 		}
@@ -177,16 +177,14 @@ func crashPolicyFile() (string, error) {
 			dir = parent
 			continue
 		}
-		return "", errors.New("no config/components/taint-after-crash/policy.yaml in the working directory or above it")
+		return "", fmt.Errorf("no %s in the working directory or above it", rel)
 	}
 }
 
-// InstallCrashPolicy creates config/components/taint-after-crash's MutatingAdmissionPolicy, its
-// taints rendered as taints (the --taint string), and its binding, as the install does, with a
-// DaemonSet standing for the agent's that selects every Node (no DaemonSet controller runs here,
-// so it makes no pod), and returns what deletes them.
-func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (func(context.Context) error, error) {
-	file, err := crashPolicyFile()
+// componentPolicy reads a MutatingAdmissionPolicy of config/components with its taints rendered
+// as taints (the --taint string), as the install renders them.
+func componentPolicy(component, name, taints string) (*admissionv1.MutatingAdmissionPolicy, error) {
+	file, err := componentFile(component, name)
 	if err != nil {
 		return nil, err
 	}
@@ -196,10 +194,22 @@ func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (fu
 	}
 	policy := &admissionv1.MutatingAdmissionPolicy{}
 	if err := yaml.UnmarshalStrict(data, policy); err != nil {
-		return nil, fmt.Errorf("reading the crash policy: %w", err)
+		return nil, fmt.Errorf("reading %s: %w", file, err)
 	}
 	for i := range policy.Spec.Variables {
 		policy.Spec.Variables[i].Expression = strings.ReplaceAll(policy.Spec.Variables[i].Expression, `'\TAINTS'`, "'"+taints+"'")
+	}
+	return policy, nil
+}
+
+// InstallCrashPolicy creates config/components/taint-after-crash's MutatingAdmissionPolicy, its
+// taints rendered as taints (the --taint string), and its binding, as the install does, with a
+// DaemonSet standing for the agent's that selects every Node (no DaemonSet controller runs here,
+// so it makes no pod), and returns what deletes them.
+func InstallCrashPolicy(ctx context.Context, c client.Client, taints string) (func(context.Context) error, error) {
+	policy, err := componentPolicy("taint-after-crash", "policy.yaml", taints)
+	if err != nil {
+		return nil, err
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "startup-taint-remover"}
 	agent := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "startup-taint-remover", Namespace: metav1.NamespaceDefault},
