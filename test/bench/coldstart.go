@@ -55,7 +55,9 @@ func measureColdStart(ctx context.Context, e *env, sizes []int) ([]coldStartResu
 	if err := client.IgnoreAlreadyExists(e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: coldNamespace}})); err != nil {
 		return nil, err
 	}
-	cni := workload.Agent(coldNamespace, "calico-node", &startupTaint, true)
+	cni := workload.Agent(coldNamespace, "calico-node", nil, true)
+	// As a CNI's DaemonSet does, it tolerates every taint: realisticNode's own among them.
+	cni.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	if err := e.c.Create(ctx, cni); err != nil {
 		return nil, err
 	}
