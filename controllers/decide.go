@@ -20,8 +20,9 @@ import (
 func (r *NodeReconciler) decide(ctx context.Context, node *corev1.Node, f *facts) decision {
 	switch {
 	case r.ConditionsOnly:
-		// The condition is the whole job: another controller owns the taints.
-		return decision{}
+		// The condition is the whole job: another controller owns the taints. It names the pods
+		// they keep away too, looked for again when due.
+		return decision{requeue: f.keptAway.next}
 	case len(f.obs.held) == 0:
 		return r.decidePutBack(node, f)
 	default:

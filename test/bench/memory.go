@@ -162,12 +162,13 @@ func startAgent(e *env, binary, design, user, socket string) (*agentProc, error)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--kubeconfig=" + kubeconfig, testkit.Unconfined, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
+	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + agentNode, "--metrics-bind-address=" + addr}
 	token := ""
 	switch design {
 	case designOurs:
-		// As it ships: the secure metrics endpoint on.
-		args = append(args, "--csi-address="+socket, "--health-probe-bind-address=0")
+		// As it ships: the secure metrics endpoint on. The baseline and the floor have no
+		// confinement check, nor its flag.
+		args = append(args, testkit.Unconfined, "--csi-address="+socket, "--health-probe-bind-address=0")
 		token = e.scrapeToken
 	case designBaseline:
 		args = append(args, "--csi-address="+socket)
