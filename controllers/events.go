@@ -132,6 +132,13 @@ func (r *NodeReconciler) reportUntolerated(ctx context.Context, node *corev1.Nod
 	for _, spec := range specs {
 		r.wired.metrics.UntoleratedPods.WithLabelValues(spec.String()).Set(float64(keptAway.total))
 	}
+	switch {
+	case keptAway.refused:
+		log.FromContext(ctx).Info("cannot list the pending pods of the node agents' namespaces to name the pods the startup "+
+			"taints keep away; grant the install's node-agents role there", "error", keptAway.lookErr.Error())
+	case keptAway.lookErr != nil:
+		log.FromContext(ctx).V(4).Info("looking for pods the startup taints keep away", "error", keptAway.lookErr.Error())
+	}
 	if !keptAway.changed || keptAway.total == 0 {
 		return
 	}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/startup-taint-remover/startup-taint-remover/gates"
 	"github.com/startup-taint-remover/startup-taint-remover/startuptaint"
@@ -64,12 +63,15 @@ type untolerated struct {
 	// sayAgainAfter, so the event is sent once per change, not once a minute.
 	changed bool
 	next    time.Duration
+	// lookErr is why this reconcile's look failed; refused is set for the first refusal of this
+	// process (the install grants no list of pods there), which is reported once.
+	lookErr error
+	refused bool
 }
 
 // lookUntolerated looks, when a group's gates have held its taints for lookAfter and it has not
 // looked for as long, for the pods its startup taints keep away, and returns the last look's
-// findings. A look that fails keeps the last findings; a refused one (the install grants no pod
-// list in a namespace) is logged once.
+// findings. A look that fails keeps the last findings, and says why.
 func (r *NodeReconciler) lookUntolerated(ctx context.Context, node *corev1.Node, f *facts) untolerated {
 	s := &f.g.state
 	notReady := f.v.notReady
@@ -85,15 +87,10 @@ func (r *NodeReconciler) lookUntolerated(ctx context.Context, node *corev1.Node,
 	}
 	pods, total, err := r.findUntolerated(ctx, node, f.obs.held)
 	if err != nil {
-		if apierrors.IsForbidden(err) && s.firstLookRefused() {
-			log.FromContext(ctx).Info("cannot list the pending pods of the node agents' namespaces to name the pods its startup "+
-				"taints keep away; grant the install's node-agents role there", "error", err.Error())
-		} else {
-			log.FromContext(ctx).V(4).Info("looking for pods the startup taints keep away", "error", err.Error())
-		}
 		s.recordLookFailed(f.now)
 		found := s.untoleratedFound()
-		found.next = lookAfter
+		found.next, found.lookErr = lookAfter, err
+		found.refused = apierrors.IsForbidden(err) && s.firstLookRefused()
 		return found
 	}
 	found := s.recordUntolerated(pods, total, f.now)

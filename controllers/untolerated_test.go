@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -173,5 +176,33 @@ func TestUntoleratedPodsAreReportedOncePerChange(t *testing.T) {
 	ready.reconcile()
 	if n := readyLists.Load(); n != 0 {
 		t.Errorf("%d lists on a node whose gates pass, want none", n)
+	}
+}
+
+// An install that grants no list of pods there: the look is refused, nothing is named and nothing
+// fails, and it is tried again a minute later, when the grant may have come.
+func TestARefusedLookNamesNothingAndIsTriedAgain(t *testing.T) {
+	var lists atomic.Int32
+	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(testNode("u1", startup), pendingPod("kube-system", "a", nil)).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				lists.Add(1)
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no grant"))
+			}
+			return c.List(ctx, list, opts...)
+		}})
+	e := newEpisodeTestOf(t, b)
+	e.set(func(r *NodeReconciler) { r.NodeAgentNamespaces = []string{"kube-system"} })
+	e.reconcile()
+	e.events()
+	for range 2 {
+		e.clock.Step(lookAfter)
+		if requeue := e.reconcile(); requeue != lookAfter {
+			t.Errorf("requeue %s after a refused look, want %s", requeue, lookAfter)
+		}
+	}
+	expectEvents(t, e.events())
+	if n := lists.Load(); n != 2 {
+		t.Errorf("%d refused lists in two minutes, want 2", n)
 	}
 }
