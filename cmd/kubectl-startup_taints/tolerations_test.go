@@ -65,6 +65,7 @@ func TestTolerationsListsTheWorkloadsTheStartupTaintKeepsAway(t *testing.T) {
 		daemonSet("calico-system", "calico-node"),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, deployment("tenant", "web"))
 	status, out, errs = cl.plugin(cl.kubeconfig, "tolerations", "--namespaces=kube-system,calico-system")
+	t.Logf("kubectl startup-taints tolerations --namespaces=kube-system,calico-system:\n%s", out)
 	// The table's columns, one space apart.
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
