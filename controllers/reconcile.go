@@ -21,7 +21,8 @@ import (
 // Reconcile removes each group's startup taints from the node when all the group's readiness
 // gates pass, or puts one back when a cause of putback.go holds. It runs the loop's stages in
 // order, each in its own file: for each group, observe the Node (observe.go), check the gates
-// (gatecheck.go) and decide (decide.go, putback.go); then publish each verdict as a condition and
+// (gatecheck.go), look for the pods the held taints keep away (untolerated.go) and decide
+// (decide.go, putback.go); then publish each verdict as a condition and
 // send every group's change in one patch (write.go), record what the write did (outcome.go), and
 // report it all (events.go). Until the confinement check permits writes, it decides and reports
 // only. The clock is read once for the decisions, and once when the patch is accepted.
@@ -96,7 +97,8 @@ type plan struct {
 	recorded  // outcome's
 }
 
-// facts is what observe and check found for one group at one reconcile: what decide decides from.
+// facts is what observe, check and lookUntolerated found for one group at one reconcile: what
+// decide decides from, and what the condition says.
 type facts struct {
 	g *group
 	// now is when the reconcile began: the one time its observations and decisions are made at.
