@@ -93,19 +93,21 @@ func (r *chartRelease) tryRender(dir string) ([]*unstructured.Unstructured, erro
 	for _, kv := range r.sets {
 		args = append(args, "-set", kv)
 	}
-	cmd := exec.Command(chartTool(), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("chart %v: %w: %s", args, err, stderr.String())
-	}
-	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.namespace}}}
-	objs, err := objects.Decode(out)
-	if err != nil {
-		return nil, err
-	}
-	return append([]*unstructured.Unstructured{ns}, objs...), nil
+	return rendered("chart\x00"+strings.Join(args, "\x00"), func() ([]*unstructured.Unstructured, error) {
+		cmd := exec.Command(chartTool(), args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("chart %v: %w: %s", args, err, stderr.String())
+		}
+		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.namespace}}}
+		objs, err := objects.Decode(out)
+		if err != nil {
+			return nil, err
+		}
+		return append([]*unstructured.Unstructured{ns}, objs...), nil
+	})
 }
 
 // layoutFree is v as JSON with every run of spaces and line breaks made one space. CEL does not

@@ -9,6 +9,7 @@ package manifests
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,9 +77,38 @@ var _ = BeforeSuite(func() {
 // render builds a kustomization directory with the kustomize Go API, as `kustomize build` does.
 func render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	objs, err := objects.FromKustomization(dir)
+	objs, err := rendered("kustomize\x00"+dir, func() ([]*unstructured.Unstructured, error) { return objects.FromKustomization(dir) })
 	Expect(err).NotTo(HaveOccurred())
 	return objs
+}
+
+// renders keeps each render of the run by what made it: many specs render the same installs, a
+// render is a kustomize run or a process of the chart tool, and its output never changes within a
+// run. Each caller gets copies of its own, to change as it likes.
+var renders = struct {
+	sync.Mutex
+	byKey map[string][]*unstructured.Unstructured
+}{byKey: map[string][]*unstructured.Unstructured{}}
+
+// rendered returns copies of key's render, made once with do.
+func rendered(key string, do func() ([]*unstructured.Unstructured, error)) ([]*unstructured.Unstructured, error) {
+	renders.Lock()
+	objs, ok := renders.byKey[key]
+	renders.Unlock()
+	if !ok {
+		var err error
+		if objs, err = do(); err != nil {
+			return nil, err
+		}
+		renders.Lock()
+		renders.byKey[key] = objs
+		renders.Unlock()
+	}
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out, nil
 }
 
 // only returns the rendered objects of kind, converted to their typed form T.
