@@ -41,6 +41,7 @@ func (r *NodeReconciler) decideRemoval(ctx context.Context, node *corev1.Node, f
 	if r.holdWhileCordoned(node, f) {
 		// Uncordoning is an update of the Node that nodeChanged lets through.
 		log.FromContext(ctx).V(4).Info("holding the taint put back on a cordoned node until it is uncordoned")
+		d.requeue = f.keptAway.next
 		return d
 	}
 	if notReady != nil && !d.forced {

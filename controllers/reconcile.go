@@ -90,7 +90,7 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 // plan carries one group through one reconcile: one value per stage, in the loop's order, each
 // returned by its stage and handed on by Reconcile; report says it all at the end.
 type plan struct {
-	facts     // observe's and check's
+	facts     // observe's, check's and lookUntolerated's
 	decision  // decide's
 	published // publishCondition's
 	wrote     // write's
@@ -140,7 +140,7 @@ type decision struct {
 	bootRecordFull bool
 	requeue        time.Duration
 	// What decide found to say: the wait for notReady (firstWait: the first in this episode for its
-	// gate and reason class), and a dry run's removal or re-taint that it did not make.
+	// gate and reason class), and a dry run's removal or put-back that it did not make.
 	waiting, firstWait        bool
 	wouldRemove, wouldPutBack bool
 }
