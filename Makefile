@@ -237,6 +237,13 @@ bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start
 	go build -o bin/bench-floor ./test/bench/floor
 	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench
 
+# Where hack/drivers/build.sh keeps the CSI drivers' node plugins it builds, as NAME-VERSION.
+DRIVERS_DIR ?= $(HOME)/.local/share/startup-taint-remover/drivers
+
+.PHONY: drivers
+drivers: ## Build the EBS and GCP PD CSI drivers' node plugins from the Go modules hack/drivers pins, into DRIVERS_DIR (once; skipped when present).
+	hack/drivers/build.sh "$(DRIVERS_DIR)"
+
 # The demo builds the binary without vet's checks, which on a fresh machine would first compile
 # every test dependency.
 .PHONY: demo
