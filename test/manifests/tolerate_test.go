@@ -98,6 +98,23 @@ var _ = Describe("the startup taints tolerated in a labelled namespace", Ordered
 		Expect(pod(ctx, ns, noSchedule)).To(once(noSchedule, want[0], want[1]))
 	})
 
+	It("leaves a mirror pod, and a pod past its bound of 256 tolerations, as they are written", func(ctx SpecContext) {
+		ns := namespace(ctx, true)
+		// kubelet's copy of a static pod: its spec must stay the static pod's.
+		seq++
+		mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("mirror-%d", seq),
+			Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "hash"}},
+			Spec: corev1.PodSpec{NodeName: "somewhere", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		Expect(k8sClient.Create(ctx, mirror)).To(Succeed())
+		Expect(mirror.Spec.Tolerations).NotTo(ContainElement(HaveField("Key", HaveSuffix("example.com/agent-not-ready"))))
+		many := make([]corev1.Toleration, 257)
+		for i := range many {
+			many[i] = corev1.Toleration{Key: fmt.Sprintf("example.com/t%d", i), Operator: corev1.TolerationOpExists}
+		}
+		Expect(pod(ctx, ns, many...)).NotTo(ContainElement(HaveField("Key", HaveSuffix("example.com/agent-not-ready"))),
+			"the policy's cost stays bounded: nothing added")
+	})
+
 	It("touches no pod in a namespace that is not labelled", func(ctx SpecContext) {
 		// The API server's DefaultTolerationSeconds adds its own there.
 		Expect(pod(ctx, namespace(ctx, false))).NotTo(ContainElement(HaveField("Key", HaveSuffix("example.com/agent-not-ready"))))
