@@ -160,7 +160,7 @@ func ownerOf(pod *corev1.Pod) string {
 	return fmt.Sprintf("%s %s/%s", kind, pod.Namespace, name)
 }
 
-// untoleratedNote is what the event and the condition say of the pods: each, the taint, and the
+// note is what the event and the condition say of the pods: each, the taint, and the
 // one-line fix.
 func (u untolerated) note() string {
 	names := make([]string, 0, len(u.pods))
