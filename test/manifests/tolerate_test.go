@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -138,6 +139,19 @@ var _ = Describe("the startup taints tolerated in a labelled namespace", Ordered
 		other.Spec.Template.Spec.Tolerations = nil
 		Expect(k8sClient.Create(ctx, other)).To(Succeed())
 		Expect(other.Spec.Template.Spec.Tolerations).To(BeEmpty(), "nothing outside a labelled namespace")
+	})
+
+	// A half-done uninstall: the policies gone, their bindings left behind. Nothing is refused,
+	// and nothing is added any more.
+	It("blocks no pod once its policies are deleted and their bindings left", func(ctx SpecContext) {
+		for _, o := range objs {
+			if o.GetKind() == "MutatingAdmissionPolicy" && strings.Contains(o.GetName(), "tolerate-startup-taints") {
+				Expect(deleteObject(ctx, o)).To(Succeed())
+			}
+		}
+		ns := namespace(ctx, true)
+		Eventually(func() []corev1.Toleration { return pod(ctx, ns) }).
+			ShouldNot(ContainElement(HaveField("Key", HavePrefix("a.example.com/"))))
 	})
 })
 
