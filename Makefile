@@ -232,13 +232,10 @@ lint-fix: golangci-lint ## Run golangci-lint and apply its fixes.
 	"$(GOLANGCI_LINT)" run --fix
 
 .PHONY: bench
-bench: envtest build ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet, pods by removal strategy, pods after a reboot, the kubectl plugin on 5,000 Nodes, every node agent of a booting fleet, the memory a tenant's objects cost and a cold start whose node agent needs a pod that does not tolerate the taint; writes docs/bench/.
+bench: envtest build drivers ## Benchmark reaction time, memory, API cost, a fleet start, the start with a real kubelet, pods by removal strategy, pods after a reboot, the kubectl plugin on 5,000 Nodes, every node agent of a booting fleet, the memory a tenant's objects cost, a cold start whose node agent needs a pod that does not tolerate the taint, and the EBS and GCP PD drivers' own taint removal beside the agent; writes docs/bench/.
 	go build -o bin/bench-baseline ./test/bench/baseline
 	go build -o bin/bench-floor ./test/bench/floor
-	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench
-
-# Where hack/drivers/build.sh keeps the CSI drivers' node plugins it builds, as NAME-VERSION.
-DRIVERS_DIR ?= $(HOME)/.local/share/startup-taint-remover/drivers
+	go run ./test/bench --binary=bin/startup-taint-remover --baseline=bin/bench-baseline --floor=bin/bench-floor --out=docs/bench --drivers-dir="$(DRIVERS_DIR)"
 
 .PHONY: drivers
 drivers: ## Build the EBS and GCP PD CSI drivers' node plugins from the Go modules hack/drivers pins, into DRIVERS_DIR (once; skipped when present).

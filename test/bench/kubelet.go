@@ -172,8 +172,11 @@ func waitFor[T any](ctx context.Context, events <-chan stampedEvent, what string
 }
 
 // listsDriver reports whether the CSINode lists the bench's driver.
-func listsDriver(cn *storagev1.CSINode) bool {
-	return slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driverName })
+func listsDriver(cn *storagev1.CSINode) bool { return listsDriverNamed(cn, driverName) }
+
+// listsDriverNamed reports whether the CSINode lists the driver of that name.
+func listsDriverNamed(cn *storagev1.CSINode, name string) bool {
+	return slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == name })
 }
 
 // markdown reports the start sequence with the real kubelet.

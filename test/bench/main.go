@@ -77,6 +77,11 @@ type benchConfig struct {
 	nodeAgentsFleets []int
 	coldStartFleets  []int
 	daemonSets       int
+	// driversDir holds the CSI drivers' node plugins hack/drivers/build.sh builds; the drivers
+	// scenario boots driversNodes nodes per remover, driversRuns times per registrar delay.
+	driversDir                string
+	driversNodes, driversRuns int
+	registrarDelays           []time.Duration
 }
 
 // selected returns the cases whose strategy's name matches --strategies.
@@ -128,19 +133,25 @@ func main() {
 	nodeAgentsFleets := flag.String("node-agents-nodes", "10,100", "nodes booting together in the node-agents scenario, each size in turn")
 	flag.IntVar(&c.daemonSets, "daemonsets", 20, "node agents' DaemonSets in the node-agents scenario")
 	coldFleets := flag.String("cold-start-nodes", "10,100", "nodes starting cold together in the cold-start scenario, each size in turn")
+	home, _ := os.UserHomeDir()
+	flag.StringVar(&c.driversDir, "drivers-dir", filepath.Join(home, ".local", "share", "startup-taint-remover", "drivers"),
+		"where `make drivers` put the CSI drivers' node plugins, as NAME-VERSION")
+	flag.IntVar(&c.driversNodes, "drivers-nodes", 5, "nodes per remover booting together in the drivers scenario")
+	flag.IntVar(&c.driversRuns, "drivers-runs", 2, "runs per driver and registrar delay in the drivers scenario")
+	delays := flag.String("registrar-delays", "4s,20s,300s", "in the drivers scenario, from the driver's node plugin's start to its registrar's registration, each in turn")
 	strategies := flag.String("strategies", "", "a regular expression: run only the workload and reboot cases whose strategy's name matches it "+
 		"(with \" (graceful shutdown)\" after it for a reboot through kubelet's graceful shutdown, \" (short reboot)\" for one within the grace period)")
-	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants,cold-start",
+	scenarios := flag.String("scenarios", "reaction,memory,fleet,kubelet,workload,reboot,plugin,node-agents,tenants,cold-start,drivers",
 		"what to measure: reaction, memory and fleet write results.md, kubelet writes kubelet.md, workload writes workload.md, reboot writes reboot.md, "+
-			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md, cold-start writes cold-start.md; all by default")
+			"plugin writes plugin.md, node-agents writes node-agents.md, tenants writes tenants.md, cold-start writes cold-start.md, drivers writes drivers.md; all by default")
 	flag.Parse()
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scenarios, ",") {
 		switch s {
-		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents", "tenants", "cold-start":
+		case "reaction", "memory", "fleet", "kubelet", "workload", "reboot", "plugin", "node-agents", "tenants", "cold-start", "drivers":
 			c.scenarios[s] = true
 		default:
-			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents, tenants, cold-start\n", s)
+			fmt.Fprintf(os.Stderr, "bench: --scenarios: %q is not one of reaction, memory, fleet, kubelet, workload, reboot, plugin, node-agents, tenants, cold-start, drivers\n", s)
 			os.Exit(2)
 		}
 	}
@@ -152,6 +163,18 @@ func main() {
 	c.workloadFleets = positives("--workload-nodes", *fleets)
 	c.nodeAgentsFleets = positives("--node-agents-nodes", *nodeAgentsFleets)
 	c.coldStartFleets = positives("--cold-start-nodes", *coldFleets)
+	for _, d := range strings.Split(*delays, ",") {
+		v, err := time.ParseDuration(d)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: --registrar-delays: %q is not a positive duration\n", d)
+			os.Exit(2)
+		}
+		c.registrarDelays = append(c.registrarDelays, v)
+	}
+	if c.driversNodes < 1 || c.driversRuns < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --drivers-nodes and --drivers-runs: must be positive")
+		os.Exit(2)
+	}
 	if c.daemonSets < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --daemonsets: must be positive")
 		os.Exit(2)
@@ -297,6 +320,11 @@ func run(c benchConfig) error {
 	}
 	if c.scenarios["cold-start"] {
 		if err := coldStart(ctx, e, c); err != nil {
+			return err
+		}
+	}
+	if c.scenarios["drivers"] {
+		if err := drivers(ctx, e, c); err != nil {
 			return err
 		}
 	}

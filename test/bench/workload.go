@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,14 +193,11 @@ type workloadNode struct {
 	kubelet    *hollowkubelet.Kubelet
 	driver     *fakecsi.Driver
 	agentConf  string
-	agent      *exec.Cmd
-	// agentExited is closed when the agent exits; agentLog holds the end of its output.
-	agentExited chan struct{}
-	agentLog    *tailBuffer
-	registrar   *fakecsi.Registrar
-	failures    *workload.MountFailures
-	created     time.Time
-	taintGone   time.Time
+	agent      *process
+	registrar  *fakecsi.Registrar
+	failures   *workload.MountFailures
+	created    time.Time
+	taintGone  time.Time
 	// faultAt is when the measured part of the fault started: the driver's death with diesLater,
 	// kubelet's return after a reboot; failedBefore and publishedBefore are the failed mounts and
 	// the volumes published before it.
@@ -535,14 +533,9 @@ func startNodeAgent(ctx context.Context, binary string, c workloadCase, n *workl
 	if !c.nodeAgents {
 		args = append(args, "--csi-address="+n.driver.Path())
 	}
-	n.agent = exec.CommandContext(ctx, binary, append(args, c.agentArgs...)...)
-	n.agentLog, n.agentExited = &tailBuffer{}, make(chan struct{})
-	n.agent.Stdout, n.agent.Stderr = n.agentLog, n.agentLog
-	if err := n.agent.Start(); err != nil {
-		return err
-	}
-	go func() { _ = n.agent.Wait(); close(n.agentExited) }()
-	return nil
+	var err error
+	n.agent, err = startProcess(ctx, nil, nil, binary, append(args, c.agentArgs...)...)
+	return err
 }
 
 // waitPublished waits until kubelet has published want volumes through the node's driver.
@@ -552,8 +545,8 @@ func waitPublished(ctx context.Context, e *env, n *workloadNode, want int) error
 		select {
 		case <-n.kubelet.Exited():
 			return fmt.Errorf("%s: kubelet exited: %w", n.name, n.kubelet.Err())
-		case <-n.agentExited: // nil, and never ready, without an agent
-			return fmt.Errorf("%s: the agent exited: %s", n.name, n.agentLog)
+		case <-n.agent.done():
+			return fmt.Errorf("%s: the agent exited: %s", n.name, n.agent.log)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -563,6 +556,48 @@ func waitPublished(ctx context.Context, e *env, n *workloadNode, want int) error
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
+}
+
+// process is a child process the bench runs beside the control plane (an agent, a driver's node
+// plugin): the end of its output, and a channel closed once it exits.
+type process struct {
+	cmd    *exec.Cmd
+	log    *tailBuffer
+	exited chan struct{}
+}
+
+// startProcess starts path with args, and env on top of the bench's own environment; its output
+// also goes to out, unless out is nil.
+func startProcess(ctx context.Context, env []string, out io.Writer, path string, args ...string) (*process, error) {
+	p := &process{cmd: exec.CommandContext(ctx, path, args...), log: &tailBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = io.Writer(p.log)
+	if out != nil {
+		p.cmd.Stdout = io.MultiWriter(p.log, out)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(path), err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// done is closed once the process exits; for no process (nil), it is nil, which never is.
+func (p *process) done() <-chan struct{} {
+	if p == nil {
+		return nil
+	}
+	return p.exited
+}
+
+// stop ends the process with SIGTERM and waits until it exits; it does nothing for nil.
+func (p *process) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
 }
 
 // tailBuffer keeps the last 4 KiB written to it: the end of an agent's log, for an error.
@@ -597,11 +632,8 @@ func stopAgents(nodes []*workloadNode) {
 
 // stopAgent stops the node's agent, if it runs one, and waits until it exits.
 func stopAgent(n *workloadNode) {
-	if n.agent != nil && n.agent.Process != nil {
-		_ = n.agent.Process.Signal(syscall.SIGTERM)
-		<-n.agentExited
-		n.agent = nil
-	}
+	n.agent.stop()
+	n.agent = nil
 }
 
 // cleanUpRound stops what a round started and deletes its Nodes, CSINodes, pods and their claims

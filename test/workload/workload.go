@@ -305,6 +305,14 @@ func (f *MountFailures) Pods() map[string]int {
 	return out
 }
 
+// List returns each failure's cause so far, in order: NotRegistered, fakecsi.NotServing,
+// DriverGone or "other".
+func (f *MountFailures) List() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.causes)
+}
+
 // Causes returns the causes of the failures after the first from, each once, in the order they
 // first failed a mount: NotRegistered, fakecsi.NotServing, DriverGone or "other".
 func (f *MountFailures) Causes(from int) []string {
