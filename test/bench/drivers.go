@@ -142,13 +142,13 @@ type driverRow struct {
 	// the others; bound: the write to the node's first pod bound.
 	gone, bound []time.Duration
 	never       int
-	// early: pods bound before kubelet's CSINode write (after a reboot: before the driver was
-	// registered again), of pods; notRegistered counts kubelet's failed mounts for want of the
+	// early: pods bound before kubelet's CSINode write (after a reboot, its write in the new
+	// boot), of pods; notRegistered counts kubelet's failed mounts for want of the
 	// driver's registration.
 	early, pods, notRegistered int
 	// gaveUp counts nodes whose driver logged that it stopped trying.
 	gaveUp int
-	// After a reboot: nodes whose taint came back before the driver registered again.
+	// After a reboot: nodes whose taint came back before kubelet's CSINode write in the new boot.
 	back int
 }
 
@@ -215,7 +215,7 @@ func measureDrivers(ctx context.Context, e *env, binary, dir string, delays []ti
 					if n.own {
 						row, back = &own, &ownBack
 					}
-					row.addBoot(n, p)
+					row.addBoot(n)
 					if di == 0 {
 						back.addReboot(n)
 					}
@@ -226,7 +226,7 @@ func measureDrivers(ctx context.Context, e *env, binary, dir string, delays []ti
 				rows = append(rows, ownBack, agentBack)
 			}
 		}
-		if controller != nil && !controllerAlive(controller) {
+		if controller != nil && !controller.running() {
 			return nil, nil, fmt.Errorf("the %s taint controller exited: %s", p.name, controller.log)
 		}
 		controller.stop()
@@ -237,20 +237,10 @@ func measureDrivers(ctx context.Context, e *env, binary, dir string, delays []ti
 	return rows, versions, nil
 }
 
-// controllerAlive reports whether the process still runs.
-func controllerAlive(p *process) bool {
-	select {
-	case <-p.done():
-		return false
-	default:
-		return true
-	}
-}
-
 // names are a round's node names, the driver's own removal's first: each ends in an EC2 instance
 // ID, which the EBS driver reads from the providerID.
 func names(p csiPlugin, delay time.Duration, run, nodes int) []string {
-	var out []string
+	out := make([]string, 0, 2*nodes)
 	for _, remover := range []string{"own", "agent"} {
 		for i := range nodes {
 			out = append(out, fmt.Sprintf("%s-%s-%ds-%d-%d-i-%017x", p.name, remover, int(delay.Seconds()), run, i, run*nodes+i))
@@ -274,7 +264,7 @@ func startTaintController(ctx context.Context, bin, kubeconfig string) (*process
 	}
 	// Its first election takes the free lease at once; give it the time to start its watches.
 	time.Sleep(3 * time.Second)
-	if !controllerAlive(p) {
+	if !p.running() {
 		return nil, fmt.Errorf("the GCP PD taint controller exited (it needs unshare and root): %s", p.log)
 	}
 	return p, nil
@@ -716,7 +706,7 @@ func (n *driverNode) notRegistered(rebooted bool) int {
 }
 
 // addBoot records a node's boot.
-func (r *driverRow) addBoot(n *driverNode, p csiPlugin) {
+func (r *driverRow) addBoot(n *driverNode) {
 	r.nodes++
 	var write time.Time
 	if len(n.listed) > 0 {

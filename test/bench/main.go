@@ -305,26 +305,14 @@ func run(c benchConfig) error {
 			return err
 		}
 	}
-	if c.scenarios["node-agents"] {
-		logf("every node agent: %d DaemonSets, %v nodes booting at once", c.daemonSets, c.nodeAgentsFleets)
-		astart := time.Now()
-		rs, err := measureNodeAgents(ctx, e, c.nodeAgentsFleets, c.daemonSets)
-		if err != nil {
-			return fmt.Errorf("every node agent: %w", err)
+	for _, scenario := range []struct {
+		name string
+		run  func(context.Context, *env, benchConfig) error
+	}{{"node-agents", nodeAgents}, {"cold-start", coldStart}, {"drivers", drivers}} {
+		if !c.scenarios[scenario.name] {
+			continue
 		}
-		md := nodeAgentsMarkdown(rs, c.daemonSets, machine(), time.Since(astart))
-		fmt.Println(md)
-		if err := os.WriteFile(filepath.Join(c.out, "node-agents.md"), []byte(md), 0o644); err != nil {
-			return err
-		}
-	}
-	if c.scenarios["cold-start"] {
-		if err := coldStart(ctx, e, c); err != nil {
-			return err
-		}
-	}
-	if c.scenarios["drivers"] {
-		if err := drivers(ctx, e, c); err != nil {
+		if err := scenario.run(ctx, e, c); err != nil {
 			return err
 		}
 	}

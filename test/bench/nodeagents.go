@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -426,4 +427,17 @@ func breakdown(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
 	}
 	return fmt.Sprintf("%.1f (%s)", total(m), strings.Join(parts, ", "))
+}
+
+// nodeAgents runs the node-agents scenario and writes node-agents.md.
+func nodeAgents(ctx context.Context, e *env, c benchConfig) error {
+	logf("every node agent: %d DaemonSets, %v nodes booting at once", c.daemonSets, c.nodeAgentsFleets)
+	start := time.Now()
+	rs, err := measureNodeAgents(ctx, e, c.nodeAgentsFleets, c.daemonSets)
+	if err != nil {
+		return fmt.Errorf("every node agent: %w", err)
+	}
+	md := nodeAgentsMarkdown(rs, c.daemonSets, machine(), time.Since(start))
+	fmt.Println(md)
+	return os.WriteFile(filepath.Join(c.out, "node-agents.md"), []byte(md), 0o644)
 }

@@ -591,6 +591,16 @@ func (p *process) done() <-chan struct{} {
 	return p.exited
 }
 
+// running reports whether the process has not exited yet.
+func (p *process) running() bool {
+	select {
+	case <-p.done():
+		return false
+	default:
+		return true
+	}
+}
+
 // stop ends the process with SIGTERM and waits until it exits; it does nothing for nil.
 func (p *process) stop() {
 	if p == nil {
