@@ -271,8 +271,8 @@ func startTaintController(ctx context.Context, bin, kubeconfig string) (*process
 }
 
 // driversRound boots one node per name at once, the first half under the driver's own removal,
-// the rest under the agent's, and returns once each node's taint went and a pod was bound there,
-// or driverSettle after kubelet's CSINode write; with reboot, it then reboots each node.
+// the rest under the agent's, and returns once each node's taint went and its pods were bound
+// there, or driverSettle after kubelet's CSINode write; with reboot, it then reboots each node.
 func driversRound(ctx context.Context, e *env, binary, bin, admin string, p csiPlugin, delay time.Duration, reboot bool, names []string) ([]*driverNode, error) {
 	nodes := make([]*driverNode, len(names))
 	for i, name := range names {
@@ -325,8 +325,8 @@ func createDriverPod(ctx context.Context, e *env, p csiPlugin, node, name string
 
 // bootDriverNode starts the node's kubelet, which registers the Node with its taint, then the
 // driver's node plugin (and the agent, under the agent's removal), registers the plugin with
-// kubelet delay after it started, and waits until the taint went and a pod is bound to the node,
-// or driverSettle after kubelet lists the driver in CSINode.
+// kubelet delay after it started, and waits until the taint went and every pod is bound to the
+// node, or driverSettle after kubelet lists the driver in CSINode.
 func bootDriverNode(ctx context.Context, e *env, binary, bin, admin string, p csiPlugin, delay time.Duration, n *driverNode) error {
 	if !n.own {
 		if err := workload.StampBootID(ctx, e.c, n.name, bootBefore); err != nil {
@@ -356,7 +356,8 @@ func bootDriverNode(ctx context.Context, e *env, binary, bin, admin string, p cs
 		return err
 	}
 	n.registered = time.Now()
-	return waitDriverNode(ctx, e, n, n.registered)
+	// Every pod of the boot is bound before a reboot deletes them, so that none lands after.
+	return waitDriverNode(ctx, e, n, n.registered, podsPerNode)
 }
 
 // socketOf is the node plugin's CSI socket.
@@ -422,9 +423,9 @@ func gceMetadata(node string) *httptest.Server {
 	}))
 }
 
-// waitDriverNode waits until the node's taint is gone and a pod is bound to it, or driverSettle
-// after kubelet lists the driver in its CSINode, counted from since.
-func waitDriverNode(ctx context.Context, e *env, n *driverNode, since time.Time) error {
+// waitDriverNode waits until the node's taint is gone and want pods are bound to it, or
+// driverSettle after kubelet lists the driver in its CSINode, counted from since.
+func waitDriverNode(ctx context.Context, e *env, n *driverNode, since time.Time, want int) error {
 	deadline := time.Time{}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
@@ -444,7 +445,7 @@ func waitDriverNode(ctx context.Context, e *env, n *driverNode, since time.Time)
 		if err := e.c.List(ctx, pods, client.InNamespace(metav1.NamespaceDefault), client.MatchingFields{"spec.nodeName": n.name}); err != nil {
 			return false, err
 		}
-		if !hasKey(node, n.taint.Key) && len(pods.Items) > 0 {
+		if !hasKey(node, n.taint.Key) && len(pods.Items) >= want {
 			return true, nil
 		}
 		if deadline.IsZero() {
@@ -535,7 +536,7 @@ func rebootDriverNode(ctx context.Context, e *env, binary, bin, admin string, p 
 	if err := errors.Join(err, <-arrivals); err != nil {
 		return err
 	}
-	return waitDriverNode(ctx, e, n, n.registeredAgain)
+	return waitDriverNode(ctx, e, n, n.registeredAgain, len(n.arrivals))
 }
 
 // phrase notes whether a process's output ever held s; an empty s is never seen.
@@ -856,7 +857,7 @@ func driversMarkdown(rows []driverRow, versions map[string]string, c benchConfig
 			continue
 		}
 		never := fmt.Sprint(r.never)
-		if r.gaveUp > 0 {
+		if r.own && r.gaveUp > 0 {
 			never += fmt.Sprintf(" (the driver logged that it gave up on %d)", r.gaveUp)
 		}
 		p("| %s | %s | %s | %d | %s | %s | %s | %d of %d | %d |", r.plugin, r.remover(), r.delay, r.nodes, spread(r.gone), never, spread(r.bound),
