@@ -135,7 +135,7 @@ func main() {
 	coldFleets := flag.String("cold-start-nodes", "10,100", "nodes starting cold together in the cold-start scenario, each size in turn")
 	home, _ := os.UserHomeDir()
 	flag.StringVar(&c.driversDir, "drivers-dir", filepath.Join(home, ".local", "share", "startup-taint-remover", "drivers"),
-		"where `make drivers` put the CSI drivers' node plugins, as NAME-VERSION")
+		"the directory make drivers builds the CSI drivers' node plugins into, as NAME-VERSION")
 	flag.IntVar(&c.driversNodes, "drivers-nodes", 5, "nodes per remover booting together in the drivers scenario")
 	flag.IntVar(&c.driversRuns, "drivers-runs", 2, "runs per driver and registrar delay in the drivers scenario")
 	delays := flag.String("registrar-delays", "4s,20s,300s", "in the drivers scenario, from the driver's node plugin's start to its registrar's registration, each in turn")
