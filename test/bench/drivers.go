@@ -478,29 +478,10 @@ func rebootDriverNode(ctx context.Context, e *env, binary, bin, admin string, p 
 	n.plugin.stop()
 	n.kubelet.Stop()
 	n.registrar.Unregister()
-	if err := pollUntil(ctx, n.name+": unreachable", func(ctx context.Context) bool {
-		node := &corev1.Node{}
-		return e.c.Get(ctx, client.ObjectKey{Name: n.name}, node) == nil && hasKey(node, corev1.TaintNodeUnreachable)
-	}); err != nil {
+	if err := waitUnreachable(ctx, e, n.name); err != nil {
 		return err
 	}
-	stop, arrivals := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				arrivals <- nil
-				return
-			case <-time.After(arrivalEvery):
-				name := fmt.Sprintf("%s-after-%d", n.name, len(n.arrivals))
-				if err := createDriverPod(ctx, e, p, n.name, name); err != nil {
-					arrivals <- err
-					return
-				}
-				n.arrivals = append(n.arrivals, name)
-			}
-		}
-	}()
+	stopArrivals := arrive(n.name, func(name string) error { return createDriverPod(ctx, e, p, n.name, name) })
 	err := func() error {
 		if !n.own {
 			if err := workload.StampBootID(ctx, e.c, n.name, bootAfter); err != nil {
@@ -532,8 +513,9 @@ func rebootDriverNode(ctx context.Context, e *env, binary, bin, admin string, p 
 		time.Sleep(arrivalsAfter)
 		return nil
 	}()
-	close(stop)
-	if err := errors.Join(err, <-arrivals); err != nil {
+	var arrivalErr error
+	n.arrivals, arrivalErr = stopArrivals()
+	if err := errors.Join(err, arrivalErr); err != nil {
 		return err
 	}
 	return waitDriverNode(ctx, e, n, n.registeredAgain, len(n.arrivals))
@@ -658,7 +640,6 @@ func (w *driversWatch) stop() {
 // cleanUpDriverRound stops what a round started and deletes its Nodes, CSINodes, pods, claims
 // and volumes.
 func cleanUpDriverRound(e *env, nodes []*driverNode) {
-	ctx := context.Background()
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Go(func() {
@@ -676,14 +657,11 @@ func cleanUpDriverRound(e *env, nodes []*driverNode) {
 		})
 	}
 	wg.Wait()
-	_ = e.c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(metav1.NamespaceDefault), client.GracePeriodSeconds(0))
-	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(metav1.NamespaceDefault))
-	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolume{})
-	for _, n := range nodes {
-		_ = workload.UnstampBootID(ctx, e.c, n.name)
-		_ = e.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
-		_ = e.cs.StorageV1().CSINodes().Delete(ctx, n.name, metav1.DeleteOptions{})
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.name
 	}
+	deleteRound(e, names)
 }
 
 // notRegistered counts the node's failed mounts for want of the driver's registration in its

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -95,30 +96,11 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 	if c.fault == rebootsShort {
 		// Nothing marks the node: pods arrive from the moment it goes down.
 		down = shortDownFor
-	} else if err := pollUntil(ctx, n.name+": unreachable", func(ctx context.Context) bool {
-		node := &corev1.Node{}
-		return e.c.Get(ctx, client.ObjectKey{Name: n.name}, node) == nil && hasKey(node, corev1.TaintNodeUnreachable)
-	}); err != nil {
+	} else if err := waitUnreachable(ctx, e, n.name); err != nil {
 		return err
 	}
 
-	stop, arrivals := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				arrivals <- nil
-				return
-			case <-time.After(arrivalEvery):
-				name := fmt.Sprintf("%s-after-%d", n.name, len(n.arrivals))
-				if err := createPod(ctx, e, c, n.name, name); err != nil {
-					arrivals <- err
-					return
-				}
-				n.arrivals = append(n.arrivals, name)
-			}
-		}
-	}()
+	stopArrivals := arrive(n.name, func(name string) error { return createPod(ctx, e, c, n.name, name) })
 	var returned <-chan workload.Return
 	err := func() error {
 		if !c.noBootID {
@@ -154,11 +136,9 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 		time.Sleep(arrivalsAfter)
 		return nil
 	}()
-	close(stop)
-	if err := <-arrivals; err != nil {
-		return err
-	}
-	if err != nil {
+	var arrivalErr error
+	n.arrivals, arrivalErr = stopArrivals()
+	if err := errors.Join(err, arrivalErr); err != nil {
 		return err
 	}
 	n.returned = <-returned
@@ -167,6 +147,43 @@ func rebootNode(ctx context.Context, e *env, binary, kubeconfig string, c worklo
 
 // pollUntil polls done every 100 ms for up to 2 minutes, and names what it waited for if it never
 // came.
+// waitUnreachable waits until the node lifecycle controller marks node unreachable.
+func waitUnreachable(ctx context.Context, e *env, node string) error {
+	return pollUntil(ctx, node+": unreachable", func(ctx context.Context) bool {
+		n := &corev1.Node{}
+		return e.c.Get(ctx, client.ObjectKey{Name: node}, n) == nil && hasKey(n, corev1.TaintNodeUnreachable)
+	})
+}
+
+// arrive creates a pod that needs the driver on node every arrivalEvery, named NODE-after-K, with
+// create, until the function it returns is called; that returns the pods made and the error that
+// stopped them early, if one did.
+func arrive(node string, create func(name string) error) func() ([]string, error) {
+	stop, done := make(chan struct{}), make(chan error, 1)
+	var made []string
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-time.After(arrivalEvery):
+				name := fmt.Sprintf("%s-after-%d", node, len(made))
+				if err := create(name); err != nil {
+					done <- err
+					return
+				}
+				made = append(made, name)
+			}
+		}
+	}()
+	return func() ([]string, error) {
+		close(stop)
+		err := <-done
+		return made, err
+	}
+}
+
 func pollUntil(ctx context.Context, what string, done func(context.Context) bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return done(ctx), nil

@@ -646,11 +646,8 @@ func stopAgent(n *workloadNode) {
 	n.agent = nil
 }
 
-// cleanUpRound stops what a round started and deletes its Nodes, CSINodes, pods and their claims
-// and volumes, so the next
-// round starts on an empty cluster.
+// cleanUpRound stops what a round started and deletes what it left (deleteRound).
 func cleanUpRound(e *env, nodes []*workloadNode) {
-	ctx := context.Background()
 	stopAgents(nodes)
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -667,14 +664,26 @@ func cleanUpRound(e *env, nodes []*workloadNode) {
 		})
 	}
 	wg.Wait()
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.name
+	}
+	deleteRound(e, names)
+}
+
+// deleteRound deletes what a round on the named nodes leaves in the API server: the pods, claims
+// and volumes of the default namespace, and each node's boot ID policy, Node and CSINode, so the
+// next round starts on an empty cluster.
+func deleteRound(e *env, nodes []string) {
+	ctx := context.Background()
 	_ = e.c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(metav1.NamespaceDefault), client.GracePeriodSeconds(0))
 	// The claims and volumes go once the protection controllers see no pod using them.
 	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(metav1.NamespaceDefault))
 	_ = e.c.DeleteAllOf(ctx, &corev1.PersistentVolume{})
-	for _, n := range nodes {
-		_ = workload.UnstampBootID(ctx, e.c, n.name)
-		_ = e.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
-		_ = e.cs.StorageV1().CSINodes().Delete(ctx, n.name, metav1.DeleteOptions{})
+	for _, name := range nodes {
+		_ = workload.UnstampBootID(ctx, e.c, name)
+		_ = e.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		_ = e.cs.StorageV1().CSINodes().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 }
 
